@@ -1,0 +1,80 @@
+// Functions every library exports, the error channel and the cost model.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "dispatcher.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace td {
+
+namespace {
+thread_local std::string last_error;
+}
+
+int fail(int status, const std::string& message) {
+    try {
+        last_error = message;
+    } catch (...) {
+    }
+    return status;
+}
+
+void clear_error() { last_error.clear(); }
+
+int host_threads() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+int copy_name(const char* name, char* buf, size_t size) {
+    if (!buf) return fail(TD_ERROR, "the name buffer is NULL");
+    const size_t len = std::strlen(name);
+    if (len + 1 > size)
+        return fail(TD_ERROR, "the name buffer holds " + std::to_string(size) + " bytes, the name needs " +
+                                  std::to_string(len + 1));
+    std::memcpy(buf, name, len + 1);
+    return TD_OK;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+double predicted_cost(const KernelInfo& k, const GemmShape& s, bool streamk, int64_t workers,
+                      int threads) {
+    const double tm = k.tile_m, tn = k.tile_n, tk = k.tile_k, mr = k.micro_m, nr = k.micro_n;
+    const int64_t tiles = s.batch * cdiv(s.m, k.tile_m) * cdiv(s.n, k.tile_n);
+    const int64_t iters = cdiv(s.k, k.tile_k);
+    // One K iteration of one tile: FMAs, slowed where the micro tile reuses loads poorly,
+    // plus packing (a conversion per element of both panels) and the fixed tile cost.
+    const double fma = tm * tn * tk * (1.0 + 2.0 * (mr + nr) / (mr * nr));
+    const double pack = 4.0 * (tm + tn) * tk;
+    const double iter_cost = fma + pack;
+    const double tile_cost = 2.0 * tm * tn;  // zeroing and storing the accumulators
+    const int64_t p = std::max(1, threads);
+    if (!streamk) {
+        const double waves = (double)cdiv(tiles, p);
+        return waves * (iters * iter_cost + tile_cost);
+    }
+    const int64_t w = std::max<int64_t>(1, std::min<int64_t>(workers, tiles * iters));
+    const double per_worker = (double)cdiv(tiles * iters, w) * iter_cost;
+    const double rounds = (double)cdiv(w, p);
+    const double fixup = (double)std::min<int64_t>(w, tiles) * 3.0 * tile_cost;
+    return rounds * per_worker + cdiv(tiles, p) * tile_cost + fixup + 1e4;
+}
+
+}  // namespace td
+
+extern "C" {
+
+TD_API int td_abi_version(void) { return TD_ABI_VERSION; }
+TD_API const char* td_library_target(void) { return td::table_target; }
+TD_API const char* td_library_op(void) { return td::table_op; }
+TD_API const char* td_last_error(void) { return td::last_error.c_str(); }
+
+}

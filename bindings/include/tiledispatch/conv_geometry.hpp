@@ -1,0 +1,56 @@
+// Convolution geometry shared by every backend: the problem struct turned into sizes,
+// with the output size and the checks that make a problem well formed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tiledispatch/tiledispatch.h"
+
+namespace td {
+
+struct ConvGeometry {
+    int64_t N, G, C, K;
+    int64_t in[3], fil[3], out[3], stride[3], pad[3], dil[3];  // order d, h, w
+    int64_t in_pixels() const { return in[0] * in[1] * in[2]; }
+    int64_t out_pixels() const { return out[0] * out[1] * out[2]; }
+    int64_t taps() const { return fil[0] * fil[1] * fil[2]; }
+};
+
+// Fills g from the problem; returns an empty string or why the problem is malformed.
+inline std::string conv_geometry(const TdConvProblem& p, ConvGeometry* g) {
+    const ConvProblemC& b = p.base;
+    if (p.ndim < 1 || p.ndim > 3) return "ndim must be 1, 2 or 3";
+    if (b.N <= 0 || b.G <= 0 || b.C <= 0 || b.K <= 0) return "N, G, C and K must be positive";
+    g->N = b.N; g->G = b.G; g->C = b.C; g->K = b.K;
+    const int in[3] = {b.input_d, b.input_h, b.input_w}, fil[3] = {b.filter_z, b.filter_y, b.filter_x};
+    const int st[3] = {b.stride_d, b.stride_h, b.stride_w}, pad[3] = {b.pad_d, b.pad_h, b.pad_w};
+    const int dil[3] = {b.dilation_d, b.dilation_h, b.dilation_w};
+    for (int d = 0; d < 3; ++d) {
+        const bool used = d >= 3 - p.ndim;
+        if (!used) {
+            if ((in[d] > 1 || fil[d] > 1))
+                return "a spatial dimension beyond ndim has a size above 1";
+            g->in[d] = g->fil[d] = g->stride[d] = g->dil[d] = 1; g->pad[d] = 0; g->out[d] = 1;
+            continue;
+        }
+        if (in[d] <= 0 || fil[d] <= 0) return "input and filter sizes must be positive";
+        if (st[d] <= 0 || dil[d] <= 0) return "stride and dilation must be positive";
+        if (pad[d] < 0) return "padding must not be negative";
+        g->in[d] = in[d]; g->fil[d] = fil[d]; g->stride[d] = st[d]; g->pad[d] = pad[d]; g->dil[d] = dil[d];
+        const int64_t span = (int64_t)dil[d] * (fil[d] - 1) + 1;
+        const int64_t padded = (int64_t)in[d] + 2 * pad[d];
+        if (padded < span) return "the filter is larger than the padded input";
+        g->out[d] = (padded - span) / st[d] + 1;
+    }
+    return "";
+}
+
+// Decodes a flat pixel index over sizes s[3] into coordinates.
+inline void decode3(int64_t idx, const int64_t s[3], int64_t c[3]) {
+    c[2] = idx % s[2]; idx /= s[2];
+    c[1] = idx % s[1];
+    c[0] = idx / s[1];
+}
+
+}  // namespace td

@@ -1,0 +1,123 @@
+/* tiledispatch C ABI.
+ *
+ * One shared library per (operation, target) exports these functions:
+ * libtd_gemm_<target>.so the dispatcher_* and td_gemm_* ones, libtd_conv_<target>.so the
+ * conv_dispatcher_* and td_conv_* ones; both export td_abi_version, td_library_target,
+ * td_library_op and td_last_error.
+ *
+ * Status codes: TD_OK 0; TD_ERROR -1 (bad argument, device error, exception caught at
+ * the boundary); TD_UNSUPPORTED -2 (no kernel supports the problem); TD_REJECTED -3 (the
+ * chosen kernel rejected the arguments). td_last_error() holds this thread's message for
+ * the last failed call. No C++ exception and no abort crosses this boundary; every
+ * function is safe to call from several threads at once.
+ */
+#ifndef TILEDISPATCH_H
+#define TILEDISPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TD_API __declspec(dllexport)
+#else
+#define TD_API __attribute__((visibility("default")))
+#endif
+
+#define TD_ABI_VERSION 1
+
+enum td_status { TD_OK = 0, TD_ERROR = -1, TD_UNSUPPORTED = -2, TD_REJECTED = -3 };
+
+/* Input element types. The output type is fp32 for fp32, fp16 for fp16, bf16 otherwise. */
+enum td_dtype { TD_FP32 = 0, TD_FP16 = 1, TD_BF16 = 2, TD_FP8_E4M3 = 3, TD_FP8_E5M2 = 4 };
+
+/* GEMM layouts: A, B, C row- (r) or column-major (c). */
+enum td_layout { TD_RCR = 0, TD_RRR = 1, TD_CRR = 2, TD_CCR = 3 };
+
+enum td_conv_direction { TD_CONV_FWD = 0, TD_CONV_BWD_DATA = 1, TD_CONV_BWD_WEIGHT = 2 };
+
+/* C = alpha * A(MxK) * B(KxN). Leading dimensions in elements; 0 means packed. */
+typedef struct TdGemmProblem {
+    int64_t M, N, K;
+    int32_t dtype;   /* enum td_dtype */
+    int32_t layout;  /* enum td_layout */
+    int64_t lda, ldb, ldc;
+    float alpha;     /* 1.0f for a plain product; per-tensor fp8 scales multiply in here */
+    int32_t splits;  /* stream-K workers; 0 = one per thread */
+} TdGemmProblem;
+
+/* The reference system's convolution problem. C and K are channels per group.
+ * 1D problems use the *_w fields, 2D *_h and *_w; unused dims are 1 (pad 0). */
+typedef struct ConvProblemC {
+    int N, G, C, K;
+    int input_d, input_h, input_w;
+    int filter_z, filter_y, filter_x;
+    int stride_d, stride_h, stride_w;
+    int pad_d, pad_h, pad_w;
+    int dilation_d, dilation_h, dilation_w;
+    int direction; /* enum td_conv_direction */
+    int split_k;   /* 0 = automatic */
+} ConvProblemC;
+
+/* Extended conv problem: the legacy struct plus the spatial rank and the dtype.
+ * Layouts are channels-last with groups: NWGC/NHWGC/NDHWGC input, GKXC/GKYXC/GKZYXC
+ * weight, NWGK/NHWGK/NDHWGK output. */
+typedef struct TdConvProblem {
+    ConvProblemC base;
+    int32_t ndim;  /* 1, 2 or 3 */
+    int32_t dtype; /* enum td_dtype */
+} TdConvProblem;
+
+/* ---- common ---- */
+TD_API int td_abi_version(void);
+TD_API const char* td_library_target(void);
+TD_API const char* td_library_op(void);
+TD_API const char* td_last_error(void);
+
+/* ---- GEMM: the reference system's functions (fp32, layout rcr, packed, host pointers) ---- */
+TD_API int dispatcher_init(void);
+TD_API int dispatcher_is_supported(int64_t M, int64_t N, int64_t K); /* 1 yes, 0 no, <0 error */
+TD_API int dispatcher_select_kernel(int64_t M, int64_t N, int64_t K, char* name, int size);
+TD_API int dispatcher_run_gemm(const void* A, const void* B, void* C, int64_t M, int64_t N,
+                               int64_t K, float* time_ms);
+TD_API int dispatcher_get_kernel_count(void);
+TD_API const char* dispatcher_export_registry_json(void);
+TD_API void dispatcher_cleanup(void);
+
+/* ---- GEMM: extended ABI. kernel NULL or "" = let the dispatcher choose. ---- */
+TD_API int td_gemm_is_supported(const TdGemmProblem* p, const char* kernel); /* 1, 0, <0 */
+TD_API int td_gemm_select(const TdGemmProblem* p, char* name, size_t size);
+TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, size_t* bytes);
+/* Pointers are device pointers for GPU targets (host memory for cpu). workspace may be NULL:
+ * the library then allocates what it needs. stream is the backend's stream (NULL: default). */
+TD_API int td_gemm_run(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
+                       void* C, void* workspace, size_t workspace_bytes, void* stream,
+                       float* time_ms);
+
+/* ---- conv: the reference system's functions (fp32; 3D when input_d or filter_z > 1) ---- */
+TD_API int conv_dispatcher_init(void);
+TD_API int conv_dispatcher_is_supported(const ConvProblemC* p); /* 1, 0, <0 */
+TD_API int conv_dispatcher_select_kernel(const ConvProblemC* p, char* name, int size);
+/* input/weight/output by role: fwd writes output, bwd_data writes input,
+ * bwd_weight writes weight; the other two are read. */
+TD_API int conv_dispatcher_run(const void* input, const void* weight, void* output,
+                               const ConvProblemC* p, float* time_ms);
+TD_API int conv_dispatcher_get_kernel_count(void);
+TD_API const char* conv_dispatcher_export_registry_json(void);
+TD_API void conv_dispatcher_cleanup(void);
+
+/* ---- conv: extended ABI ---- */
+TD_API int td_conv_is_supported(const TdConvProblem* p, const char* kernel);
+TD_API int td_conv_select(const TdConvProblem* p, char* name, size_t size);
+TD_API int td_conv_workspace_size(const TdConvProblem* p, const char* kernel, size_t* bytes);
+TD_API int td_conv_run(const TdConvProblem* p, const char* kernel, const void* input,
+                       const void* weight, void* output, void* workspace,
+                       size_t workspace_bytes, void* stream, float* time_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TILEDISPATCH_H */

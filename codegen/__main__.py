@@ -1,0 +1,98 @@
+"""Command line of the generator, run by Meson:
+
+  python -m codegen targets  --requested auto,cpu
+  python -m codegen list     --manifest kernels.yaml --targets cpu [--filter GLOB] [--format meson]
+  python -m codegen emit     --variant NAME -o OUT
+  python -m codegen table    --manifest ... --targets ... --op gemm --target cpu -o OUT
+  python -m codegen registry --manifest ... --targets ... -o registry.json
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .emit import emit_source, write_if_changed
+from .manifest import expand, load_manifest
+from .model import config_from_name
+from .registry import libraries, registry_json, table_source
+from .targets import resolve
+from .yamlsrc import ManifestError
+
+
+def _warn(message: str) -> None:
+    print(f"tiledispatch: warning: {message}", file=sys.stderr)
+
+
+def _expansion(args):
+    manifest = load_manifest(args.manifest)
+    targets = [t for t in args.targets.split(",") if t]
+    result = expand(manifest, targets, args.filter)
+    return result
+
+
+def _selection_args(parser):
+    parser.add_argument("--manifest", required=True, help="path of kernels.yaml")
+    parser.add_argument("--targets", required=True, help="comma-separated build targets")
+    parser.add_argument("--filter", default="", help="comma-separated globs over kernel names")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("targets", help="resolve gpu_targets (auto: cpu plus the GPUs found)")
+    p.add_argument("--requested", required=True)
+    p = sub.add_parser("list", help="the variants the manifest expands to")
+    _selection_args(p)
+    p.add_argument("--format", choices=("text", "meson"), default="text")
+    p = sub.add_parser("emit", help="write the source of one variant")
+    p.add_argument("--variant", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("table", help="write the registration table of one library")
+    _selection_args(p)
+    p.add_argument("--op", required=True, choices=("gemm", "conv"))
+    p.add_argument("--target", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("registry", help="write registry.json")
+    _selection_args(p)
+    p.add_argument("-o", "--output", required=True)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "targets":
+            print(",".join(resolve(args.requested.split(","), _warn)))
+        elif args.command == "list":
+            result = _expansion(args)
+            if not result.configs:
+                raise ManifestError(
+                    f"no kernels for targets {args.targets}"
+                    + (f" match filter '{args.filter}'" if args.filter else ""), None, args.manifest)
+            for name in result.duplicates:
+                _warn(f"{name} is declared more than once; built once")
+            for config in result.configs:
+                if args.format == "meson":
+                    print(config.op, config.target, config.backend.key, config.name)
+                else:
+                    print(config.name)
+            if args.format == "text":
+                libs = ", ".join(f"{op}/{target}" for op, target in libraries(result.configs))
+                print(f"# {len(result.configs)} kernels ({libs}); {result.filtered_out} filtered out",
+                      file=sys.stderr)
+        elif args.command == "emit":
+            config = config_from_name(args.variant)
+            write_if_changed(args.output, emit_source(config))
+        elif args.command == "table":
+            write_if_changed(args.output, table_source(_expansion(args).configs, args.op, args.target))
+        elif args.command == "registry":
+            write_if_changed(args.output, registry_json(_expansion(args).configs))
+    except ManifestError as err:
+        print(f"{err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        print(f"tiledispatch codegen: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

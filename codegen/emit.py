@@ -1,0 +1,32 @@
+"""Emission by backend, and write-if-changed (so ninja's restat skips unchanged sources)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import emit_cpu
+from .model import Backend
+
+EMITTERS = {Backend.CPU: emit_cpu}
+
+
+def emit_source(config) -> str:
+    backend = config.backend
+    if backend not in EMITTERS:
+        raise ValueError(f"the {backend.key} backend is not part of this version")
+    return EMITTERS[backend].emit(config)
+
+
+def write_if_changed(path, text: str) -> bool:
+    """Writes text to path unless it already holds exactly that; True when written."""
+    path = Path(path)
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return True

@@ -1,0 +1,260 @@
+"""kernels.yaml (schema version 1) → validated groups → expanded kernel configs.
+
+Every key is checked; unknown keys, duplicate keys, wrong types, unknown values
+and tiles a backend cannot build raise ManifestError naming `file:line`.
+"""
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model import (
+    KNOBS_BY_BACKEND, SCHEMA_VERSION, Backend, ConvKernelConfig, ConvLayout, CpuKnobs,
+    Direction, DType, GemmKernelConfig, GemmVariant, Layout, Reduction, backend_of, check_target,
+)
+from .yamlsrc import LineDict, LineList, ManifestError, load_yaml
+
+TOP_KEYS = ("schema_version", "gemm", "conv")
+COMMON_KEYS = ("name", "dtype", "tile", "targets")
+GEMM_KEYS = COMMON_KEYS + ("layout", "variant", "reduction")
+CONV_KEYS = COMMON_KEYS + ("direction", "layout")
+BACKEND_KEYS = tuple(b.key for b in KNOBS_BY_BACKEND)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One validated manifest group: the lists its product is taken over."""
+
+    op: str
+    label: str
+    line: int
+    axes: tuple  # ((axis name, ((value, line), ...)), ...)
+    targets: tuple  # ((target, line), ...)
+    knobs: tuple  # ((backend, ((knobs, line), ...)), ...)
+
+    def axis(self, name):
+        return dict(self.axes)[name]
+
+    def knobs_for(self, backend: Backend):
+        for key, values in self.knobs:
+            if key is backend:
+                return values
+        return ((KNOBS_BY_BACKEND[backend](), self.line),) if backend in KNOBS_BY_BACKEND else ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: str
+    groups: tuple
+
+
+def _error(message, line, path):
+    return ManifestError(message, line, path)
+
+
+def _as_list(container, key, path):
+    """The value under `key` as [(item, line)]: a scalar counts as a one-item list."""
+    value = container[key]
+    if isinstance(value, LineList):
+        if not value:
+            raise _error(f"'{key}' must not be empty", container.line_of(key), path)
+        return [(item, value.line_of(i)) for i, item in enumerate(value)]
+    return [(value, container.line_of(key))]
+
+
+def _parse_values(container, key, parse, path, required=True, default=None):
+    if key not in container:
+        if required:
+            raise _error(f"missing key '{key}'", container.line, path)
+        return default
+    out = []
+    for item, line in _as_list(container, key, path):
+        if isinstance(item, (LineDict, LineList)) or item is None or isinstance(item, bool):
+            raise _error(f"'{key}' takes strings, got {type(item).__name__} {item!r}", line, path)
+        try:
+            out.append((parse(str(item)), line))
+        except ValueError as err:
+            raise _error(str(err), line, path) from None
+    return tuple(out)
+
+
+def _int_triple(item, line, key, path, size):
+    if not isinstance(item, list) or len(item) != size or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in item):
+        raise _error(f"'{key}' items must be lists of {size} integers, got {item!r}", line, path)
+    if any(v <= 0 for v in item):
+        raise _error(f"'{key}' values must be positive, got {list(item)}", line, path)
+    return tuple(item)
+
+
+def _parse_tiles(container, path):
+    if "tile" not in container:
+        raise _error("missing key 'tile' (a list of [M, N, K] block tiles)", container.line, path)
+    value = container["tile"]
+    if isinstance(value, LineList) and value and not isinstance(value[0], list):
+        items = [(value, container.line_of("tile"))]  # a single [M, N, K]
+    else:
+        items = _as_list(container, "tile", path)
+    return tuple((_int_triple(item, line, "tile", path, 3), line) for item, line in items)
+
+
+def _parse_knobs(group, path):
+    out = []
+    for backend in KNOBS_BY_BACKEND:
+        if backend.key not in group:
+            continue
+        sub = group[backend.key]
+        line = group.line_of(backend.key)
+        if not isinstance(sub, LineDict):
+            raise _error(f"'{backend.key}' must be a mapping of backend knobs", line, path)
+        if backend is Backend.CPU:
+            for key in sub:
+                if key != "micro_tile":
+                    raise _error(f"unknown cpu knob '{key}' (expected micro_tile)", sub.line_of(key), path)
+            values = []
+            if "micro_tile" in sub:
+                raw = sub["micro_tile"]
+                items = ([(raw, sub.line_of("micro_tile"))]
+                         if isinstance(raw, LineList) and raw and not isinstance(raw[0], list)
+                         else _as_list(sub, "micro_tile", path))
+                for item, item_line in items:
+                    mr, nr = _int_triple(item, item_line, "micro_tile", path, 2)
+                    values.append((CpuKnobs(mr, nr), item_line))
+            else:
+                values.append((CpuKnobs(), line))
+            out.append((backend, tuple(values)))
+    return tuple(out)
+
+
+def _parse_group(op, group, index, path):
+    if not isinstance(group, LineDict):
+        raise _error(f"each '{op}' entry must be a mapping", None, path)
+    allowed = (GEMM_KEYS if op == "gemm" else CONV_KEYS) + BACKEND_KEYS
+    for key in group:
+        if key not in allowed:
+            hint = ""
+            if key in ("cuda", "hip"):
+                hint = f" (the {key} backend is not part of this version)"
+            raise _error(f"unknown key '{key}' in {op} group{hint}; allowed: {', '.join(allowed)}",
+                         group.line_of(key), path)
+    label = group.get("name", f"{op}[{index}]")
+    if not isinstance(label, str):
+        raise _error("'name' must be a string", group.line_of("name"), path)
+
+    def check_target_value(text):
+        return check_target(text)
+
+    targets = _parse_values(group, "targets", check_target_value, path)
+    axes = [("dtype", _parse_values(group, "dtype", DType.parse, path))]
+    if op == "gemm":
+        variants = _parse_values(group, "variant", GemmVariant.parse, path, required=False,
+                                 default=((GemmVariant.STANDARD, group.line),))
+        reductions = _parse_values(group, "reduction", Reduction.parse, path, required=False)
+        has_streamk = any(v is GemmVariant.STREAM_K for v, _ in variants)
+        if reductions and not has_streamk:
+            raise _error("'reduction' applies only to variant stream_k", group.line_of("reduction"), path)
+        if has_streamk and not reductions:
+            raise _error("variant stream_k needs 'reduction' (atomic and/or deterministic)",
+                         group.line_of("variant"), path)
+        axes += [("layout", _parse_values(group, "layout", Layout.parse, path)),
+                 ("variant", variants), ("reduction", reductions or ((None, group.line),))]
+    else:
+        axes += [("direction", _parse_values(group, "direction", Direction.parse, path)),
+                 ("layout", _parse_values(group, "layout", ConvLayout.parse, path))]
+    axes.append(("tile", _parse_tiles(group, path)))
+    return Group(op, label, group.line, tuple(axes), targets, _parse_knobs(group, path))
+
+
+def parse_manifest(text: str, path: str) -> Manifest:
+    data = load_yaml(text, path)
+    if not isinstance(data, LineDict):
+        raise _error("the manifest must be a mapping with schema_version, gemm and conv", 1, path)
+    for key in data:
+        if key not in TOP_KEYS:
+            raise _error(f"unknown top-level key '{key}'; allowed: {', '.join(TOP_KEYS)}",
+                         data.line_of(key), path)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise _error(f"schema_version must be {SCHEMA_VERSION}, got {data.get('schema_version')!r}",
+                     data.line_of("schema_version") if "schema_version" in data else 1, path)
+    groups = []
+    for op in ("gemm", "conv"):
+        entries = data.get(op, LineList())
+        if entries is None:
+            continue
+        if not isinstance(entries, LineList):
+            raise _error(f"'{op}' must be a list of groups", data.line_of(op), path)
+        for index, group in enumerate(entries):
+            groups.append(_parse_group(op, group, index, path))
+    return Manifest(path, tuple(groups))
+
+
+def load_manifest(path) -> Manifest:
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ManifestError(f"cannot read manifest: {err.strerror}", None, path) from None
+    return parse_manifest(text, path)
+
+
+def _group_configs(group: Group, targets, path):
+    for target, target_line in group.targets:
+        if target not in targets:
+            continue
+        backend = backend_of(target)
+        if not backend.implemented:
+            raise _error(f"target '{target}': the {backend.key} backend is not part of this version",
+                         target_line, path)
+        names = [name for name, _ in group.axes]
+        for combo in itertools.product(*(values for _, values in group.axes),
+                                       group.knobs_for(backend)):
+            values = {name: v for name, (v, _) in zip(names, combo)}
+            lines = {name: line for name, (_, line) in zip(names, combo)}
+            knobs, knob_line = combo[-1]
+            problems = knobs.problems(values["tile"])
+            if problems:
+                line = lines["tile"] if knob_line == group.line else knob_line
+                raise _error(f"{backend.key} backend cannot build tile {list(values['tile'])} with "
+                             f"{knobs.token}: {'; '.join(problems)}", line, path)
+            if group.op == "gemm":
+                variant = values["variant"]
+                reduction = values["reduction"] if variant is GemmVariant.STREAM_K else None
+                yield GemmKernelConfig(values["dtype"], values["layout"], variant, reduction,
+                                       values["tile"], knobs, target)
+            else:
+                yield ConvKernelConfig(values["direction"], values["layout"], values["dtype"],
+                                       values["tile"], knobs, target)
+
+
+def matches(name: str, kernel_filter: str | None) -> bool:
+    """True when the name matches the comma-separated glob list (empty: everything)."""
+    if not kernel_filter:
+        return True
+    return any(fnmatch.fnmatchcase(name, pattern.strip())
+               for pattern in kernel_filter.split(",") if pattern.strip())
+
+
+@dataclass(frozen=True)
+class Expansion:
+    configs: tuple  # sorted by name, unique
+    duplicates: tuple  # names produced more than once (kept once)
+    filtered_out: int
+
+
+def expand(manifest: Manifest, targets, kernel_filter: str | None = None) -> Expansion:
+    """The cartesian product of every group, for the given targets, filtered, sorted, unique."""
+    targets = tuple(targets)
+    seen, duplicates, filtered = {}, [], 0
+    for group in manifest.groups:
+        for config in _group_configs(group, targets, manifest.path):
+            if not matches(config.name, kernel_filter):
+                filtered += 1
+                continue
+            if config.name in seen:
+                duplicates.append(config.name)
+                continue
+            seen[config.name] = config
+    configs = tuple(seen[name] for name in sorted(seen))
+    return Expansion(configs, tuple(sorted(set(duplicates))), filtered)

@@ -1,0 +1,445 @@
+"""The kernel model: enums with their renderings, targets, and frozen kernel configs.
+
+A config's `.name` is its identity: every field that changes the generated code
+is in it, in a fixed order, `[a-z0-9_]` only, target last. `from_name` parses a
+name back, so `Config.from_name(c.name) == c` for every config.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = 1
+ABI_VERSION = 1
+
+
+class DType(enum.Enum):
+    """Input element types. `out` is the output type a kernel writes."""
+
+    #       key         token      code  bytes  out         numpy (ml_dtypes) name
+    FP32 = ("fp32", "fp32", 0, 4, "fp32", "float32")
+    FP16 = ("fp16", "fp16", 1, 2, "fp16", "float16")
+    BF16 = ("bf16", "bf16", 2, 2, "bf16", "bfloat16")
+    FP8_E4M3 = ("fp8_e4m3", "fp8e4m3", 3, 1, "bf16", "float8_e4m3fn")
+    FP8_E5M2 = ("fp8_e5m2", "fp8e5m2", 4, 1, "bf16", "float8_e5m2")
+
+    def __init__(self, key, token, code, nbytes, out_key, numpy_name):
+        self.key = key
+        self.token = token
+        self.code = code
+        self.nbytes = nbytes
+        self.out_key = out_key
+        self.numpy_name = numpy_name
+
+    @property
+    def out(self) -> "DType":
+        return DType.parse(self.out_key)
+
+    @property
+    def cpp(self) -> str:
+        """The C++ element tag in bindings/ (td::fp32_t, td::bf16_t, ...)."""
+        return f"td::{self.token}_t"
+
+    @classmethod
+    def parse(cls, text: str) -> "DType":
+        for member in cls:
+            if text in (member.key, member.token):
+                return member
+        raise ValueError(f"unknown dtype '{text}' (expected one of {', '.join(m.key for m in cls)})")
+
+    @classmethod
+    def from_code(cls, code: int) -> "DType":
+        for member in cls:
+            if member.code == code:
+                return member
+        raise ValueError(f"unknown dtype code {code}")
+
+
+class Layout(enum.Enum):
+    """GEMM layouts: A, B, C each row- (r) or column-major (c)."""
+
+    RCR = ("rcr", 0)
+    RRR = ("rrr", 1)
+    CRR = ("crr", 2)
+    CCR = ("ccr", 3)
+
+    def __init__(self, key, code):
+        self.key = key
+        self.token = key
+        self.code = code
+
+    @property
+    def a_row(self) -> bool:
+        return self.key[0] == "r"
+
+    @property
+    def b_row(self) -> bool:
+        return self.key[1] == "r"
+
+    @property
+    def c_row(self) -> bool:
+        return self.key[2] == "r"
+
+    @classmethod
+    def parse(cls, text: str) -> "Layout":
+        for member in cls:
+            if text == member.key:
+                return member
+        raise ValueError(f"unknown layout '{text}' (expected one of {', '.join(m.key for m in cls)})")
+
+
+class GemmVariant(enum.Enum):
+    STANDARD = ("standard", 0)
+    STREAM_K = ("stream_k", 1)
+
+    def __init__(self, key, code):
+        self.key = key
+        self.code = code
+
+    @classmethod
+    def parse(cls, text: str) -> "GemmVariant":
+        for member in cls:
+            if text == member.key:
+                return member
+        raise ValueError(f"unknown variant '{text}' (expected standard or stream_k)")
+
+
+class Reduction(enum.Enum):
+    """How stream-K combines the partial tiles of a split output tile."""
+
+    ATOMIC = ("atomic", 0)
+    DETERMINISTIC = ("deterministic", 1)
+
+    def __init__(self, key, code):
+        self.key = key
+        self.code = code
+
+    @classmethod
+    def parse(cls, text: str) -> "Reduction":
+        for member in cls:
+            if text == member.key:
+                return member
+        raise ValueError(f"unknown reduction '{text}' (expected atomic or deterministic)")
+
+
+class Direction(enum.Enum):
+    """Convolution directions. `code` is ConvProblemC.direction."""
+
+    FWD = ("fwd", "fwd", 0)
+    BWD_DATA = ("bwd_data", "bwddata", 1)
+    BWD_WEIGHT = ("bwd_weight", "bwdweight", 2)
+
+    def __init__(self, key, token, code):
+        self.key = key
+        self.token = token
+        self.code = code
+
+    @classmethod
+    def parse(cls, text: str) -> "Direction":
+        for member in cls:
+            if text in (member.key, member.token):
+                return member
+        raise ValueError(f"unknown direction '{text}' (expected fwd, bwd_data or bwd_weight)")
+
+    @classmethod
+    def from_code(cls, code: int) -> "Direction":
+        for member in cls:
+            if member.code == code:
+                return member
+        raise ValueError(f"unknown direction code {code}")
+
+
+class ConvLayout(enum.Enum):
+    """Grouped-conv layouts: (input, weight, output), channels-last with groups."""
+
+    NWGC = ("NWGC", "GKXC", "NWGK", 1)
+    NHWGC = ("NHWGC", "GKYXC", "NHWGK", 2)
+    NDHWGC = ("NDHWGC", "GKZYXC", "NDHWGK", 3)
+
+    def __init__(self, input_layout, weight_layout, output_layout, ndim):
+        self.input_layout = input_layout
+        self.weight_layout = weight_layout
+        self.output_layout = output_layout
+        self.ndim = ndim
+        self.token = input_layout.lower()
+        self.key = f"{input_layout},{weight_layout},{output_layout}"
+
+    @classmethod
+    def parse(cls, text: str) -> "ConvLayout":
+        cleaned = text.replace(" ", "")
+        for member in cls:
+            if cleaned in (member.key, member.token, member.input_layout):
+                return member
+        raise ValueError(
+            f"unknown conv layout '{text}' (expected one of {', '.join(m.key for m in cls)})")
+
+    @classmethod
+    def for_ndim(cls, ndim: int) -> "ConvLayout":
+        for member in cls:
+            if member.ndim == ndim:
+                return member
+        raise ValueError(f"convolution supports 1, 2 or 3 spatial dims, got {ndim}")
+
+
+class Backend(enum.Enum):
+    """Code generators. `implemented` says whether this build can emit for it."""
+
+    CPU = ("cpu", ".cpp", "the C++ compiler", True)
+    CUDA = ("cuda", ".cu", "nvcc (CUDA toolkit)", False)
+    HIP = ("hip", ".hip", "hipcc or clang -x hip (ROCm)", False)
+
+    def __init__(self, key, suffix, compiler, implemented):
+        self.key = key
+        self.suffix = suffix
+        self.compiler = compiler
+        self.implemented = implemented
+
+
+KNOWN_TARGETS = (
+    "cpu",
+    "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120a",
+    "gfx90a", "gfx942", "gfx950",
+)
+
+
+def backend_of(target: str) -> Backend:
+    if target == "cpu":
+        return Backend.CPU
+    if target.startswith("sm_"):
+        return Backend.CUDA
+    if target.startswith("gfx"):
+        return Backend.HIP
+    raise ValueError(f"unknown target '{target}'")
+
+
+def check_target(target: str) -> str:
+    if target not in KNOWN_TARGETS:
+        raise ValueError(f"unknown target '{target}' (expected one of {', '.join(KNOWN_TARGETS)})")
+    return target
+
+
+def target_token(target: str) -> str:
+    return target.replace("_", "")
+
+
+def target_from_token(token: str) -> str:
+    for target in KNOWN_TARGETS:
+        if target_token(target) == token:
+            return target
+    raise ValueError(f"unknown target token '{token}'")
+
+
+# --------------------------------------------------------------------------- cpu knobs
+
+@dataclass(frozen=True)
+class CpuKnobs:
+    """cpu backend knobs: the register micro-tile (rows of A x columns of B)."""
+
+    micro_m: int = 6
+    micro_n: int = 16
+
+    @property
+    def token(self) -> str:
+        return f"r{self.micro_m}x{self.micro_n}"
+
+    @classmethod
+    def from_token(cls, token: str) -> "CpuKnobs":
+        match = re.fullmatch(r"r(\d+)x(\d+)", token)
+        if not match:
+            raise ValueError(f"bad cpu knob token '{token}'")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def problems(self, tile: tuple[int, int, int]) -> list[str]:
+        """Why the cpu backend cannot build this tile with these knobs (empty: it can)."""
+        tm, tn, tk = tile
+        out = []
+        if not 1 <= self.micro_m <= 16:
+            out.append(f"micro tile rows {self.micro_m} not in 1..16")
+        if self.micro_n not in (4, 8, 16, 32):
+            out.append(f"micro tile columns {self.micro_n} not one of 4, 8, 16, 32")
+        if self.micro_m * self.micro_n > 128:
+            out.append(f"micro tile {self.micro_m}x{self.micro_n} holds more than 128 accumulators")
+        for label, value in (("M", tm), ("N", tn), ("K", tk)):
+            if not 1 <= value <= 1024:
+                out.append(f"tile {label} {value} not in 1..1024")
+        if tm % self.micro_m:
+            out.append(f"tile M {tm} is not a multiple of the micro tile rows {self.micro_m}")
+        if tn % self.micro_n:
+            out.append(f"tile N {tn} is not a multiple of the micro tile columns {self.micro_n}")
+        if (tm + tn) * tk * 4 > 4 << 20:
+            out.append(f"packed panels of tile {tm}x{tn}x{tk} exceed 4 MiB")
+        return out
+
+
+KNOBS_BY_BACKEND = {Backend.CPU: CpuKnobs}
+
+
+def _tile_token(tile) -> str:
+    return "x".join(str(v) for v in tile)
+
+
+def _tile_from_token(token: str) -> tuple[int, int, int]:
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)", token)
+    if not match:
+        raise ValueError(f"bad tile token '{token}'")
+    return tuple(int(g) for g in match.groups())
+
+
+def _coerce(obj, name, parser):
+    value = getattr(obj, name)
+    if isinstance(value, str):
+        object.__setattr__(obj, name, parser(value))
+
+
+# --------------------------------------------------------------------------- configs
+
+@dataclass(frozen=True)
+class GemmKernelConfig:
+    """One GEMM kernel variant. Strings are accepted for the enum fields."""
+
+    dtype: DType = DType.FP32
+    layout: Layout = Layout.RCR
+    variant: GemmVariant = GemmVariant.STANDARD
+    reduction: Reduction | None = None
+    tile: tuple[int, int, int] = (128, 128, 256)
+    knobs: CpuKnobs = field(default_factory=CpuKnobs)
+    target: str = "cpu"
+
+    op = "gemm"
+
+    def __post_init__(self):
+        _coerce(self, "dtype", DType.parse)
+        _coerce(self, "layout", Layout.parse)
+        _coerce(self, "variant", GemmVariant.parse)
+        _coerce(self, "reduction", Reduction.parse)
+        object.__setattr__(self, "tile", tuple(int(v) for v in self.tile))
+        check_target(self.target)
+        if self.variant is GemmVariant.STREAM_K and self.reduction is None:
+            raise ValueError("variant stream_k needs a reduction (atomic or deterministic)")
+        if self.variant is GemmVariant.STANDARD and self.reduction is not None:
+            raise ValueError("reduction applies only to variant stream_k")
+
+    @property
+    def backend(self) -> Backend:
+        return backend_of(self.target)
+
+    @property
+    def variant_token(self) -> str:
+        if self.variant is GemmVariant.STANDARD:
+            return "standard"
+        return f"streamk_{self.reduction.key}"
+
+    @property
+    def name(self) -> str:
+        return "_".join([
+            "gemm", self.dtype.token, self.layout.token, self.variant_token,
+            _tile_token(self.tile), self.knobs.token, target_token(self.target)])
+
+    @classmethod
+    def from_name(cls, name: str) -> "GemmKernelConfig":
+        parts = name.split("_")
+        try:
+            if parts[0] != "gemm":
+                raise ValueError("not a gemm kernel")
+            dtype, layout = DType.parse(parts[1]), Layout.parse(parts[2])
+            if parts[3] == "standard":
+                variant, reduction, rest = GemmVariant.STANDARD, None, parts[4:]
+            elif parts[3] == "streamk":
+                variant, reduction, rest = GemmVariant.STREAM_K, Reduction.parse(parts[4]), parts[5:]
+            else:
+                raise ValueError(f"unknown variant token '{parts[3]}'")
+            tile = _tile_from_token(rest[0])
+            target = target_from_token(rest[-1])
+            knob_cls = KNOBS_BY_BACKEND[backend_of(target)]
+            knobs = knob_cls.from_token("_".join(rest[1:-1]))
+        except (IndexError, KeyError, ValueError) as err:
+            raise ValueError(f"'{name}' is not a gemm kernel name: {err}") from None
+        config = cls(dtype, layout, variant, reduction, tile, knobs, target)
+        if config.name != name:
+            raise ValueError(f"'{name}' is not a canonical kernel name (did you mean {config.name}?)")
+        return config
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "op": self.op, "target": self.target,
+            "backend": self.backend.key, "dtype": self.dtype.key, "out_dtype": self.dtype.out.key,
+            "layout": self.layout.key, "variant": self.variant.key,
+            "reduction": self.reduction.key if self.reduction else None,
+            "tile": list(self.tile), "knobs": {"micro_tile": [self.knobs.micro_m, self.knobs.micro_n]},
+        }
+
+
+@dataclass(frozen=True)
+class ConvKernelConfig:
+    """One grouped-convolution kernel variant (implicit GEMM)."""
+
+    direction: Direction = Direction.FWD
+    layout: ConvLayout = ConvLayout.NHWGC
+    dtype: DType = DType.FP32
+    tile: tuple[int, int, int] = (64, 64, 64)
+    knobs: CpuKnobs = field(default_factory=lambda: CpuKnobs(4, 16))
+    target: str = "cpu"
+
+    op = "conv"
+
+    def __post_init__(self):
+        _coerce(self, "direction", Direction.parse)
+        _coerce(self, "layout", ConvLayout.parse)
+        _coerce(self, "dtype", DType.parse)
+        object.__setattr__(self, "tile", tuple(int(v) for v in self.tile))
+        check_target(self.target)
+
+    @property
+    def ndim(self) -> int:
+        return self.layout.ndim
+
+    @property
+    def backend(self) -> Backend:
+        return backend_of(self.target)
+
+    @property
+    def name(self) -> str:
+        return "_".join([
+            "conv", self.direction.token, self.layout.token, self.dtype.token,
+            _tile_token(self.tile), self.knobs.token, target_token(self.target)])
+
+    @classmethod
+    def from_name(cls, name: str) -> "ConvKernelConfig":
+        parts = name.split("_")
+        try:
+            if parts[0] != "conv":
+                raise ValueError("not a conv kernel")
+            direction = Direction.parse(parts[1])
+            layout = ConvLayout.parse(parts[2].upper())
+            dtype = DType.parse(parts[3])
+            tile = _tile_from_token(parts[4])
+            target = target_from_token(parts[-1])
+            knobs = KNOBS_BY_BACKEND[backend_of(target)].from_token("_".join(parts[5:-1]))
+        except (IndexError, KeyError, ValueError) as err:
+            raise ValueError(f"'{name}' is not a conv kernel name: {err}") from None
+        config = cls(direction, layout, dtype, tile, knobs, target)
+        if config.name != name:
+            raise ValueError(f"'{name}' is not a canonical kernel name (did you mean {config.name}?)")
+        return config
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "op": self.op, "target": self.target,
+            "backend": self.backend.key, "direction": self.direction.key, "ndim": self.ndim,
+            "layout": {"input": self.layout.input_layout, "weight": self.layout.weight_layout,
+                       "output": self.layout.output_layout},
+            "dtype": self.dtype.key, "out_dtype": self.dtype.out.key, "tile": list(self.tile),
+            "knobs": {"micro_tile": [self.knobs.micro_m, self.knobs.micro_n]},
+        }
+
+
+CONFIG_BY_OP = {"gemm": GemmKernelConfig, "conv": ConvKernelConfig}
+
+
+def config_from_name(name: str):
+    """Parse any kernel name into its config."""
+    op = name.split("_", 1)[0]
+    if op not in CONFIG_BY_OP:
+        raise ValueError(f"'{name}' is not a kernel name: unknown op '{op}'")
+    return CONFIG_BY_OP[op].from_name(name)

@@ -1,0 +1,132 @@
+"""ctypes layer: the C ABI's structs and functions, declared once, libraries loaded lazily.
+
+Every exported function's argtypes/restype are declared here beside the wrapper that
+uses them; non-zero statuses become exceptions carrying the library's message.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from importlib import resources
+
+from .codegen import ABI_VERSION
+from .errors import TileDispatchError, raise_for
+from ._registry import kernels_dir, registry
+
+c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float = (
+    ctypes.c_int64, ctypes.c_int32, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
+    ctypes.c_size_t, ctypes.c_float)
+
+
+class TdGemmProblem(ctypes.Structure):
+    _fields_ = [("M", c_i64), ("N", c_i64), ("K", c_i64), ("dtype", c_i32), ("layout", c_i32),
+                ("lda", c_i64), ("ldb", c_i64), ("ldc", c_i64), ("alpha", c_float),
+                ("splits", c_i32)]
+
+
+class ConvProblemC(ctypes.Structure):
+    _fields_ = [(name, c_int) for name in (
+        "N", "G", "C", "K", "input_d", "input_h", "input_w", "filter_z", "filter_y", "filter_x",
+        "stride_d", "stride_h", "stride_w", "pad_d", "pad_h", "pad_w",
+        "dilation_d", "dilation_h", "dilation_w", "direction", "split_k")]
+
+
+class TdConvProblem(ctypes.Structure):
+    _fields_ = [("base", ConvProblemC), ("ndim", c_i32), ("dtype", c_i32)]
+
+
+_P = ctypes.POINTER
+_COMMON = {
+    "td_abi_version": ([], c_int),
+    "td_library_target": ([], c_char_p),
+    "td_library_op": ([], c_char_p),
+    "td_last_error": ([], c_char_p),
+}
+_GEMM = {
+    "dispatcher_init": ([], c_int),
+    "dispatcher_is_supported": ([c_i64, c_i64, c_i64], c_int),
+    "dispatcher_select_kernel": ([c_i64, c_i64, c_i64, c_char_p, c_int], c_int),
+    "dispatcher_run_gemm": ([c_void_p, c_void_p, c_void_p, c_i64, c_i64, c_i64, _P(c_float)], c_int),
+    "dispatcher_get_kernel_count": ([], c_int),
+    "dispatcher_export_registry_json": ([], c_char_p),
+    "dispatcher_cleanup": ([], None),
+    "td_gemm_is_supported": ([_P(TdGemmProblem), c_char_p], c_int),
+    "td_gemm_select": ([_P(TdGemmProblem), c_char_p, c_size_t], c_int),
+    "td_gemm_workspace_size": ([_P(TdGemmProblem), c_char_p, _P(c_size_t)], c_int),
+    "td_gemm_run": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
+                     c_void_p, _P(c_float)], c_int),
+}
+_CONV = {
+    "conv_dispatcher_init": ([], c_int),
+    "conv_dispatcher_is_supported": ([_P(ConvProblemC)], c_int),
+    "conv_dispatcher_select_kernel": ([_P(ConvProblemC), c_char_p, c_int], c_int),
+    "conv_dispatcher_run": ([c_void_p, c_void_p, c_void_p, _P(ConvProblemC), _P(c_float)], c_int),
+    "conv_dispatcher_get_kernel_count": ([], c_int),
+    "conv_dispatcher_export_registry_json": ([], c_char_p),
+    "conv_dispatcher_cleanup": ([], None),
+    "td_conv_is_supported": ([_P(TdConvProblem), c_char_p], c_int),
+    "td_conv_select": ([_P(TdConvProblem), c_char_p, c_size_t], c_int),
+    "td_conv_workspace_size": ([_P(TdConvProblem), c_char_p, _P(c_size_t)], c_int),
+    "td_conv_run": ([_P(TdConvProblem), c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
+                     c_void_p, _P(c_float)], c_int),
+}
+SIGNATURES = {"gemm": {**_COMMON, **_GEMM}, "conv": {**_COMMON, **_CONV}}
+NAME_BUFFER = 256
+
+
+class Library:
+    """One loaded kernel library, with every function declared."""
+
+    def __init__(self, op: str, target: str, path: str, handle: ctypes.CDLL):
+        self.op, self.target, self.path, self._lib = op, target, path, handle
+        for name, (argtypes, restype) in SIGNATURES[op].items():
+            fn = getattr(handle, name)
+            fn.argtypes, fn.restype = argtypes, restype
+        version = handle.td_abi_version()
+        if version != ABI_VERSION:
+            raise TileDispatchError(f"{path} speaks ABI {version}, this package {ABI_VERSION}; reinstall")
+        got = (handle.td_library_op().decode(), handle.td_library_target().decode())
+        if got != (op, target):
+            raise TileDispatchError(f"{path} holds {got[0]}/{got[1]}, expected {op}/{target}")
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def last_error(self) -> str:
+        return (self._lib.td_last_error() or b"").decode(errors="replace")
+
+    def check(self, status: int) -> int:
+        """Raises for a negative status (with this thread's message); returns it otherwise."""
+        if status < 0:
+            raise_for(status, self.last_error())
+        return status
+
+    def name_call(self, fn, *args) -> str:
+        buf = ctypes.create_string_buffer(NAME_BUFFER)
+        self.check(fn(*args, buf, NAME_BUFFER))
+        return buf.value.decode()
+
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _load(op: str, target: str) -> Library:
+    info = registry().library(op, target)
+    entry = kernels_dir() / info["file"]
+    with _lock:
+        # as_file keeps a real path for a library inside a zip; a plain install returns it as is.
+        with resources.as_file(entry) as path:
+            if not path.exists():
+                raise TileDispatchError(f"kernel library {path} is listed in the registry but missing")
+            try:
+                handle = ctypes.CDLL(str(path))
+            except OSError as err:
+                raise TileDispatchError(f"cannot load {path}: {err}") from None
+            return Library(op, target, str(path), handle)
+
+
+def library(op: str, target: str) -> Library:
+    """The loaded library for (op, target); loaded on first use."""
+    return _load(op, target)

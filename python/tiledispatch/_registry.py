@@ -1,0 +1,78 @@
+"""The generated registry index (`_kernels/registry.json`), found through importlib.resources."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from importlib import resources
+
+from .codegen import ABI_VERSION, SCHEMA_VERSION, config_from_name
+from .errors import TileDispatchError
+
+KERNELS_DIR = "_kernels"
+
+
+def kernels_dir():
+    """A Traversable of the installed `_kernels` folder (works in editable installs)."""
+    return resources.files(__package__) / KERNELS_DIR
+
+
+class Registry:
+    """What this installation holds: its libraries and their kernels."""
+
+    def __init__(self, data: dict, source: str):
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise TileDispatchError(f"{source}: registry schema {data.get('schema_version')}, "
+                                    f"this package reads {SCHEMA_VERSION}; reinstall tiledispatch")
+        if data.get("abi_version") != ABI_VERSION:
+            raise TileDispatchError(f"{source}: kernels built for ABI {data.get('abi_version')}, "
+                                    f"this package speaks {ABI_VERSION}; reinstall tiledispatch")
+        self.source = source
+        self.libraries = data["libraries"]
+        self.kernel_dicts = data["kernels"]
+        self.configs = [config_from_name(k["name"]) for k in self.kernel_dicts]
+
+    @property
+    def targets(self) -> list[str]:
+        return sorted({lib["target"] for lib in self.libraries})
+
+    def library(self, op: str, target: str) -> dict:
+        for lib in self.libraries:
+            if lib["op"] == op and lib["target"] == target:
+                return lib
+        built = ", ".join(f"{lib['op']}/{lib['target']}" for lib in self.libraries) or "nothing"
+        raise TileDispatchError(
+            f"this installation has no {op} library for target '{target}' (it has: {built}); "
+            f"rebuild with -Dgpu_targets={target} and a manifest with {op} kernels for it")
+
+    def kernels(self, op: str | None = None, target: str | None = None) -> list:
+        return [c for c in self.configs
+                if (op is None or c.op == op) and (target is None or c.target == target)]
+
+    def default_target(self, op: str) -> str:
+        """TILEDISPATCH_TARGET if set, else a GPU target with a library, else cpu."""
+        wanted = os.environ.get("TILEDISPATCH_TARGET")
+        if wanted:
+            return wanted
+        have = [lib["target"] for lib in self.libraries if lib["op"] == op]
+        if not have:
+            raise TileDispatchError(f"this installation has no {op} library at all")
+        gpu = [t for t in have if t != "cpu" and _device_present(t)]
+        return gpu[0] if gpu else ("cpu" if "cpu" in have else have[0])
+
+
+def _device_present(target: str) -> bool:
+    """Whether a device for a GPU target is visible (GPU backends fill this in)."""
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def registry() -> Registry:
+    path = kernels_dir() / "registry.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):
+        raise TileDispatchError(
+            f"no kernel registry at {path}: tiledispatch is not built/installed "
+            "(pip install . from the source tree)") from None
+    return Registry(json.loads(text), str(path))

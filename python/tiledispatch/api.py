@@ -1,0 +1,173 @@
+"""`td.gemm` and `td.conv` on numpy arrays (the host path)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ._registry import registry
+from .arrays import dtype_of, matrix_order, numpy_dtype
+from .codegen import Direction, Layout
+from .dispatcher import Dispatcher
+from .errors import InvalidArgumentError, UnsupportedProblemError
+from .problems import ConvProblem, GemmProblem
+
+
+@functools.lru_cache(maxsize=None)
+def dispatcher(op: str, target: str | None = None) -> Dispatcher:
+    """A cached Dispatcher per (op, target); target None = the default for this machine."""
+    return Dispatcher(op, target or registry().default_target(op))
+
+
+def _as_order(matrix: np.ndarray, order: str) -> tuple[np.ndarray, int]:
+    """The matrix in row ('r') or column ('c') order, copied only when needed, with its ld."""
+    found = matrix_order(matrix)
+    if found is not None and found[0] == order:
+        return matrix, found[1]
+    converted = np.ascontiguousarray(matrix) if order == "r" else np.asfortranarray(matrix)
+    return converted, matrix_order(converted)[1]
+
+
+def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target=None):
+    """C = alpha * A @ B through the dispatcher.
+
+    a (M x K) and b (K x N) share one element type: float32, float16, ml_dtypes.bfloat16,
+    float8_e4m3fn or float8_e5m2 (output: float32, float16, else bfloat16). Row- or
+    column-major inputs, padded leading dimensions included, are used in place; `layout`
+    ('rcr', 'rrr', 'crr', 'ccr') forces one, copying what does not match. `out`, when
+    given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise InvalidArgumentError(f"gemm takes two matrices, got shapes {a.shape} and {b.shape}")
+    if a.shape[1] != b.shape[0]:
+        raise InvalidArgumentError(f"inner dimensions differ: A is {a.shape}, B is {b.shape}")
+    dtype = dtype_of(a)
+    if dtype_of(b) is not dtype:
+        raise TypeError(f"A and B must share an element type, got {a.dtype} and {b.dtype}")
+    M, K = a.shape
+    N = b.shape[1]
+    d = dispatcher("gemm", target)
+
+    if layout is not None:
+        candidates = [Layout.parse(layout) if isinstance(layout, str) else layout]
+    else:
+        found_a, found_b = matrix_order(a), matrix_order(b)
+        natural = Layout.parse((found_a[0] if found_a else "r") + (found_b[0] if found_b else "c") + "r")
+        built = {k.layout for k in d.kernels if k.dtype is dtype}
+        candidates = [natural] + [lay for lay in Layout if lay is not natural and lay in built]
+    if kernel is not None:
+        name = kernel if isinstance(kernel, str) else kernel.name
+        named = [k for k in d.kernels if k.name == name]
+        if named and layout is None:
+            candidates = [named[0].layout]
+
+    out_dtype = numpy_dtype(dtype.out)
+    if out is None:
+        out = np.empty((M, N), dtype=out_dtype)
+    elif out.shape != (M, N) or out.dtype != out_dtype:
+        raise InvalidArgumentError(f"out must be a ({M}, {N}) {out_dtype} array, got {out.shape} {out.dtype}")
+    order_c = matrix_order(out)
+    if order_c is None or order_c[0] != "r":
+        raise InvalidArgumentError("out must be row-major with unit column stride")
+
+    last_error = None
+    for lay in candidates:
+        a_use, lda = _as_order(a, "r" if lay.a_row else "c")
+        b_use, ldb = _as_order(b, "r" if lay.b_row else "c")
+        problem = GemmProblem(M, N, K, dtype, lay, lda, ldb, order_c[1], alpha)
+        if kernel is None and not d.is_supported(problem):
+            last_error = UnsupportedProblemError(
+                f"no {dtype.key} {lay.key} gemm kernel for target {d.target} supports {M}x{N}x{K}")
+            continue
+        d.run(problem, _base(a_use), _base(b_use), _base(out), kernel=kernel)
+        return out
+    raise last_error
+
+
+def _base(array: np.ndarray) -> int:
+    """The address of element [0, 0] (views keep their offset)."""
+    return array.__array_interface__["data"][0]
+
+
+def _check_channels_last(name: str, array: np.ndarray, shape: tuple) -> np.ndarray:
+    if array.shape != shape:
+        raise InvalidArgumentError(f"{name} must have shape {shape}, got {array.shape}")
+    return np.ascontiguousarray(array)
+
+
+def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="fwd",
+         input_size=None, filter_size=None, out=None, kernel=None, target=None):
+    """Grouped convolution, channels-last, through the dispatcher.
+
+    fwd:        conv(x, w)   x (N, *spatial, G*C), w (G*K, *filter, C) -> y (N, *out, G*K)
+    bwd_data:   conv(dy, w, direction="bwd_data")   -> dx (N, *input_size, G*C)
+    bwd_weight: conv(x, dy, direction="bwd_weight") -> dw (G*K, *filter_size, C)
+    input_size / filter_size default to the sizes implied by the other tensors.
+    A torch tensor in channels_last memory format (N, C, H, W) is, permuted to
+    (N, H, W, C), exactly this layout.
+    """
+    direction = Direction.parse(direction) if isinstance(direction, str) else direction
+    x, w = np.asarray(x), np.asarray(w)
+    dtype = dtype_of(x)
+    if dtype_of(w) is not dtype:
+        raise TypeError(f"both tensors must share an element type, got {x.dtype} and {w.dtype}")
+    ndim = x.ndim - 2
+    if ndim not in (1, 2, 3) or w.ndim != x.ndim:
+        raise InvalidArgumentError(
+            f"expected tensors of rank 3, 4 or 5 (N, *spatial, channels), got {x.shape} and {w.shape}")
+    G = int(groups)
+    if G <= 0:
+        raise InvalidArgumentError("groups must be positive")
+
+    def per_group(total, what):
+        if total % G:
+            raise InvalidArgumentError(f"{what} {total} is not divisible by groups={G}")
+        return total // G
+
+    def spatial(value, what):
+        return (value,) * ndim if isinstance(value, int) else tuple(value)
+
+    s, p, dl = spatial(stride, "stride"), spatial(padding, "padding"), spatial(dilation, "dilation")
+    if direction is Direction.FWD:
+        N, C, K = x.shape[0], per_group(x.shape[-1], "input channels"), per_group(w.shape[0], "filters")
+        problem = ConvProblem(N, G, C, K, x.shape[1:-1], w.shape[1:-1], s, p, dl, direction, dtype)
+        tensors = [_check_channels_last("x", x, problem.input_shape),
+                   _check_channels_last("w", w, problem.weight_shape), None]
+        slot = 2
+    elif direction is Direction.BWD_DATA:
+        dy = x
+        N, K, C = dy.shape[0], per_group(dy.shape[-1], "output channels"), w.shape[-1]
+        fil = w.shape[1:-1]
+        if input_size is None:
+            input_size = tuple((o - 1) * si - 2 * pi + di * (f - 1) + 1
+                               for o, si, pi, di, f in zip(dy.shape[1:-1], s, p, dl, fil))
+        problem = ConvProblem(N, G, C, K, input_size, fil, s, p, dl, direction, dtype)
+        tensors = [None, _check_channels_last("w", w, problem.weight_shape),
+                   _check_channels_last("dy", dy, problem.output_shape)]
+        slot = 0
+    else:
+        dy = w
+        N, C, K = x.shape[0], per_group(x.shape[-1], "input channels"), per_group(dy.shape[-1], "output channels")
+        if filter_size is None:
+            filter_size = tuple((i + 2 * pi - 1 - (o - 1) * si) // di + 1
+                                for i, o, si, pi, di in zip(x.shape[1:-1], dy.shape[1:-1], s, p, dl))
+        problem = ConvProblem(N, G, C, K, x.shape[1:-1], filter_size, s, p, dl, direction, dtype)
+        if problem.output_size != tuple(dy.shape[1:-1]):
+            raise InvalidArgumentError(
+                f"dy has spatial size {tuple(dy.shape[1:-1])}, the problem gives {problem.output_size}: "
+                "pass filter_size")
+        tensors = [_check_channels_last("x", x, problem.input_shape), None,
+                   _check_channels_last("dy", dy, problem.output_shape)]
+        slot = 1
+    if any(v <= 0 for v in problem.output_size):
+        raise InvalidArgumentError(f"the output would be empty: output size {problem.output_size}")
+    shape = (problem.input_shape, problem.weight_shape, problem.output_shape)[slot]
+    out_dtype = numpy_dtype(dtype.out)
+    if out is None:
+        out = np.empty(shape, dtype=out_dtype)
+    elif out.shape != shape or out.dtype != out_dtype or not out.flags.c_contiguous:
+        raise InvalidArgumentError(f"out must be a contiguous {shape} {out_dtype} array")
+    tensors[slot] = out
+    dispatcher("conv", target).run(problem, *tensors, kernel=kernel)
+    return out

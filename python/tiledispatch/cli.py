@@ -1,0 +1,195 @@
+"""The `tiledispatch` command (also `python -m tiledispatch`); prints JSON like gpu_helper."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+from . import reference
+from ._registry import kernels_dir, registry
+from .arrays import numpy_dtype, random
+from .codegen import Direction, DType, Layout, matches
+from .dispatcher import Dispatcher
+from .errors import TileDispatchError
+from .problems import ConvProblem, GemmProblem
+
+
+def _timed_runs(d: Dispatcher, problem, tensors, kernel, repeat: int) -> float:
+    d.run(problem, *tensors, kernel=kernel)  # warm-up
+    return statistics.median(d.run(problem, *tensors, kernel=kernel) for _ in range(max(1, repeat)))
+
+
+def _execution(time_ms: float, flops: int) -> dict:
+    return {"time_ms": round(time_ms, 6),
+            "tflops": round(flops / (time_ms * 1e-3) / 1e12, 6) if time_ms > 0 else 0.0}
+
+
+def _validation(result, ref, mag, dtype, k) -> dict:
+    cmp = reference.compare(result, ref, mag, dtype, k)
+    return {"accuracy": round(cmp["accuracy"], 4), "max_error": cmp["max_error"]}
+
+
+def cmd_gemm(args) -> dict:
+    M, N, K = args.M, args.N, args.K
+    dtype, layout = DType.parse(args.dtype), Layout.parse(args.layout)
+    out = {"problem": {"M": M, "N": N, "K": K, "dtype": dtype.key, "layout": layout.key}}
+    d = Dispatcher("gemm", args.target)
+    problem = GemmProblem(M, N, K, dtype, layout)
+    kernel = args.kernel or d.select(problem)
+    out["kernel"] = kernel
+    rng = np.random.default_rng(args.seed)
+    a, b = random((M, K), dtype, rng), random((K, N), dtype, rng)
+    a_mem = a if layout.a_row else np.asfortranarray(a)
+    b_mem = b if layout.b_row else np.asfortranarray(b)
+    c = np.full((M, N), np.nan, dtype=numpy_dtype(dtype.out))
+    time_ms = _timed_runs(d, problem, (a_mem, b_mem, c), kernel, args.repeat)
+    out["execution"] = _execution(time_ms, problem.flops)
+    if args.validate:
+        ref, mag = reference.gemm(a, b)
+        out["validation"] = _validation(c, ref, mag, dtype, K)
+    return out
+
+
+def cmd_conv(args) -> dict:
+    ndim = len(args.input)
+    dtype = DType.parse(args.dtype)
+
+    def dims(values, what):
+        values = list(values)
+        if len(values) == 1:
+            values *= ndim
+        if len(values) != ndim:
+            raise ValueError(f"--{what} takes 1 or {ndim} values")
+        return tuple(values)
+
+    problem = ConvProblem(args.N, args.G, args.C, args.K, tuple(args.input), dims(args.filter, "filter"),
+                          dims(args.stride, "stride"), dims(args.pad, "pad"),
+                          dims(args.dilation, "dilation"), Direction.parse(args.direction), dtype,
+                          args.split_k)
+    out = {"problem": {"N": problem.N, "G": problem.G, "C": problem.C, "K": problem.K,
+                       "input": list(problem.input_size), "filter": list(problem.filter_size),
+                       "stride": list(problem.stride), "pad": list(problem.padding),
+                       "dilation": list(problem.dilation), "output": list(problem.output_size),
+                       "direction": problem.direction.key, "dtype": dtype.key}}
+    d = Dispatcher("conv", args.target)
+    kernel = args.kernel or d.select(problem)
+    out["kernel"] = kernel
+    rng = np.random.default_rng(args.seed)
+    x = random(problem.input_shape, dtype, rng)
+    w = random(problem.weight_shape, dtype, rng)
+    dy = random(problem.output_shape, dtype, rng)
+    result_dtype = numpy_dtype(dtype.out)
+    if problem.direction is Direction.FWD:
+        result = np.full(problem.output_shape, np.nan, result_dtype)
+        tensors, refs = (x, w, result), {"x": x, "w": w}
+    elif problem.direction is Direction.BWD_DATA:
+        result = np.full(problem.input_shape, np.nan, result_dtype)
+        tensors, refs = (result, w, dy), {"dy": dy, "w": w}
+    else:
+        result = np.full(problem.weight_shape, np.nan, result_dtype)
+        tensors, refs = (x, result, dy), {"x": x, "dy": dy}
+    time_ms = _timed_runs(d, problem, tensors, kernel, args.repeat)
+    out["execution"] = _execution(time_ms, problem.flops)
+    if args.validate:
+        ref, mag = reference.conv(problem, **refs)
+        out["validation"] = _validation(result, ref, mag, dtype, problem.reduction_length)
+    return out
+
+
+def cmd_list(args) -> int:
+    kernels = [k for k in registry().kernels(args.op, args.target) if matches(k.name, args.filter)]
+    if args.json:
+        print(json.dumps([k.to_dict() for k in kernels], indent=1))
+    else:
+        for k in kernels:
+            print(k.name)
+        print(f"# {len(kernels)} kernels", file=sys.stderr)
+    return 0
+
+
+def cmd_registry(args) -> int:
+    if args.op:
+        print(Dispatcher(args.op, args.target).export_registry_json())
+    else:
+        print((kernels_dir() / "registry.json").read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def _run_json(fn, args) -> int:
+    try:
+        out = fn(args)
+    except (TileDispatchError, ValueError, TypeError) as err:
+        status = getattr(err, "status", -1)
+        print(json.dumps({"status": "error", "code": status,
+                          "error": getattr(err, "message", str(err))}))
+        return 1
+    failed = "validation" in out and out["validation"]["accuracy"] < 100.0
+    out["status"] = "error" if failed else "success"
+    if failed:
+        out["error"] = "validation failed"
+    print(json.dumps(out))
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tiledispatch", description="Run and inspect tiledispatch kernels.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    dtypes = [d.key for d in DType]
+
+    p = sub.add_parser("gemm", help="run one GEMM, print JSON")
+    p.add_argument("M", type=int)
+    p.add_argument("N", type=int)
+    p.add_argument("K", type=int)
+    p.add_argument("--dtype", default="fp32", choices=dtypes)
+    p.add_argument("--layout", default="rcr", choices=[lay.key for lay in Layout])
+    _run_args(p)
+
+    p = sub.add_parser("conv", help="run one grouped convolution, print JSON")
+    p.add_argument("--N", type=int, default=1, help="batch")
+    p.add_argument("--G", type=int, default=1, help="groups")
+    p.add_argument("--C", type=int, default=8, help="input channels per group")
+    p.add_argument("--K", type=int, default=8, help="output channels per group")
+    p.add_argument("--input", type=int, nargs="+", default=[16, 16], help="spatial size: W, H W or D H W")
+    p.add_argument("--filter", type=int, nargs="+", default=[3], help="filter size (one value: every dim)")
+    p.add_argument("--stride", type=int, nargs="+", default=[1])
+    p.add_argument("--pad", type=int, nargs="+", default=[0])
+    p.add_argument("--dilation", type=int, nargs="+", default=[1])
+    p.add_argument("--direction", default="fwd", choices=[d.key for d in Direction])
+    p.add_argument("--dtype", default="fp32", choices=dtypes)
+    p.add_argument("--split-k", type=int, default=0)
+    _run_args(p)
+
+    p = sub.add_parser("list", help="list the installed kernels")
+    p.add_argument("--op", choices=("gemm", "conv"))
+    p.add_argument("--target")
+    p.add_argument("--filter", default="", help="comma-separated globs over names")
+    p.add_argument("--json", action="store_true", help="print the configs as JSON")
+
+    p = sub.add_parser("registry", help="print the registry JSON (the package index, or one library's export)")
+    p.add_argument("--op", choices=("gemm", "conv"))
+    p.add_argument("--target")
+    return parser
+
+
+def _run_args(p):
+    p.add_argument("--validate", action="store_true", help="compare with a float64 numpy reference")
+    p.add_argument("--kernel", help="run this kernel instead of the dispatcher's pick")
+    p.add_argument("--target", help="target library (default: the GPU found, else cpu)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up (median)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "gemm":
+        return _run_json(cmd_gemm, args)
+    if args.command == "conv":
+        return _run_json(cmd_conv, args)
+    try:
+        return cmd_list(args) if args.command == "list" else cmd_registry(args)
+    except TileDispatchError as err:
+        print(f"tiledispatch: error: {err}", file=sys.stderr)
+        return 1

@@ -1,0 +1,109 @@
+"""`Dispatcher(op, target)`: the registry's kernels for one library, selection and runs."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import _ffi
+from ._registry import registry
+from .arrays import pointer
+from .errors import InvalidArgumentError
+from .problems import ConvProblem, GemmProblem
+
+PROBLEM_TYPE = {"gemm": GemmProblem, "conv": ConvProblem}
+
+
+def _address(value, what: str) -> int | None:
+    """A pointer from a numpy array (host) or an int (raw address)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        if not (value.flags.c_contiguous or value.flags.f_contiguous):
+            raise InvalidArgumentError(f"{what} must be a contiguous array (or pass an address)")
+        return pointer(value)
+    if isinstance(value, int):
+        return value
+    raise TypeError(f"{what}: expected a numpy array or an integer address, got {type(value).__name__}")
+
+
+class Dispatcher:
+    """The kernels of one (op, target) library.
+
+    >>> d = Dispatcher("gemm")
+    >>> d.select(GemmProblem(512, 512, 512))
+    """
+
+    def __init__(self, op: str = "gemm", target: str | None = None):
+        if op not in PROBLEM_TYPE:
+            raise ValueError(f"unknown op '{op}' (expected gemm or conv)")
+        reg = registry()
+        self.op = op
+        self.target = target or reg.default_target(op)
+        reg.library(op, self.target)  # fails now, with the list of what is built, if absent
+
+    def __repr__(self) -> str:
+        return f"Dispatcher(op={self.op!r}, target={self.target!r}, kernels={len(self.kernels)})"
+
+    @property
+    def lib(self) -> _ffi.Library:
+        return _ffi.library(self.op, self.target)
+
+    @property
+    def kernels(self) -> list:
+        """The registered kernel configs (GemmKernelConfig / ConvKernelConfig), by name."""
+        return registry().kernels(self.op, self.target)
+
+    def _problem(self, problem):
+        expected = PROBLEM_TYPE[self.op]
+        if not isinstance(problem, expected):
+            raise TypeError(f"a {self.op} dispatcher takes a {expected.__name__}, got {type(problem).__name__}")
+        return ctypes.byref(problem.to_c())
+
+    @staticmethod
+    def _kernel(kernel) -> bytes | None:
+        if kernel is None:
+            return None
+        return (kernel if isinstance(kernel, str) else kernel.name).encode()
+
+    def is_supported(self, problem, kernel=None) -> bool:
+        fn = self.lib.td_gemm_is_supported if self.op == "gemm" else self.lib.td_conv_is_supported
+        return self.lib.check(fn(self._problem(problem), self._kernel(kernel))) == 1
+
+    def select(self, problem) -> str:
+        """The name of the kernel the dispatcher picks (UnsupportedProblemError if none)."""
+        fn = self.lib.td_gemm_select if self.op == "gemm" else self.lib.td_conv_select
+        return self.lib.name_call(fn, self._problem(problem))
+
+    def workspace_size(self, problem, kernel=None) -> int:
+        fn = self.lib.td_gemm_workspace_size if self.op == "gemm" else self.lib.td_conv_workspace_size
+        size = ctypes.c_size_t(0)
+        self.lib.check(fn(self._problem(problem), self._kernel(kernel), ctypes.byref(size)))
+        return size.value
+
+    def run(self, problem, a, b, c, *, kernel=None, workspace=None, workspace_bytes=None,
+            stream=None) -> float:
+        """Runs one problem; returns the kernel time in ms.
+
+        gemm: (A, B, C); conv: (input, weight, output) by role: fwd writes output,
+        bwd_data writes input, bwd_weight writes weight. Arrays or integer addresses.
+        """
+        names = ("A", "B", "C") if self.op == "gemm" else ("input", "weight", "output")
+        c_problem = self._problem(problem)
+        for value, name, need in zip((a, b, c), names, problem.required_elements()):
+            if isinstance(value, np.ndarray) and value.size < need:
+                raise InvalidArgumentError(f"{name} holds {value.size} elements, the problem needs {need}")
+        ptrs = [_address(v, n) for v, n in zip((a, b, c), names)]
+        ws_ptr = _address(workspace, "workspace")
+        if workspace_bytes is None:
+            workspace_bytes = workspace.nbytes if isinstance(workspace, np.ndarray) else 0
+        fn = self.lib.td_gemm_run if self.op == "gemm" else self.lib.td_conv_run
+        time_ms = ctypes.c_float(0.0)
+        self.lib.check(fn(c_problem, self._kernel(kernel), *ptrs, ws_ptr, workspace_bytes,
+                          stream, ctypes.byref(time_ms)))
+        return time_ms.value
+
+    def export_registry_json(self) -> str:
+        fn = (self.lib.dispatcher_export_registry_json if self.op == "gemm"
+              else self.lib.conv_dispatcher_export_registry_json)
+        return fn().decode()

@@ -1,0 +1,145 @@
+"""Problem descriptions, turned into the C ABI's structs."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import _ffi
+from .codegen import Direction, DType, Layout
+
+
+def _coerce(obj, name, parser):
+    value = getattr(obj, name)
+    if isinstance(value, str):
+        object.__setattr__(obj, name, parser(value))
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """C (M x N) = alpha * A (M x K) * B (K x N). Leading dims in elements; 0 = packed."""
+
+    M: int
+    N: int
+    K: int
+    dtype: DType = DType.FP32
+    layout: Layout = Layout.RCR
+    lda: int = 0
+    ldb: int = 0
+    ldc: int = 0
+    alpha: float = 1.0
+    splits: int = 0
+
+    def __post_init__(self):
+        _coerce(self, "dtype", DType.parse)
+        _coerce(self, "layout", Layout.parse)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+    def required_elements(self) -> tuple:
+        """Elements that A, B and C must span (leading dimensions included)."""
+        a_row, b_row = self.layout.a_row, self.layout.b_row
+        lda = self.lda or (self.K if a_row else self.M)
+        ldb = self.ldb or (self.N if b_row else self.K)
+        ldc = self.ldc or self.N
+        a = (self.M - 1) * lda + self.K if a_row else (self.K - 1) * lda + self.M
+        b = (self.K - 1) * ldb + self.N if b_row else (self.N - 1) * ldb + self.K
+        return a, b, (self.M - 1) * ldc + self.N
+
+    def to_c(self) -> _ffi.TdGemmProblem:
+        return _ffi.TdGemmProblem(self.M, self.N, self.K, self.dtype.code, self.layout.code,
+                                  self.lda, self.ldb, self.ldc, self.alpha, self.splits)
+
+
+def _spatial(value, ndim: int, what: str) -> tuple:
+    if isinstance(value, int):
+        return (value,) * ndim
+    value = tuple(int(v) for v in value)
+    if len(value) != ndim:
+        raise ValueError(f"{what} needs {ndim} values (one per spatial dim), got {len(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """A grouped convolution. C and K are channels per group; sizes are spatial tuples
+    (w), (h, w) or (d, h, w). Tensors are channels-last: input (N, *input_size, G*C),
+    weight (G*K, *filter_size, C), output (N, *output_size, G*K)."""
+
+    N: int
+    G: int
+    C: int
+    K: int
+    input_size: tuple
+    filter_size: tuple
+    stride: tuple | int = 1
+    padding: tuple | int = 0
+    dilation: tuple | int = 1
+    direction: Direction = Direction.FWD
+    dtype: DType = DType.FP32
+    split_k: int = 0
+
+    def __post_init__(self):
+        _coerce(self, "direction", Direction.parse)
+        _coerce(self, "dtype", DType.parse)
+        ndim = len(tuple(self.input_size))
+        if ndim not in (1, 2, 3):
+            raise ValueError(f"convolution takes 1, 2 or 3 spatial dims, got {ndim}")
+        object.__setattr__(self, "input_size", _spatial(self.input_size, ndim, "input_size"))
+        object.__setattr__(self, "filter_size", _spatial(self.filter_size, ndim, "filter_size"))
+        for name in ("stride", "padding", "dilation"):
+            object.__setattr__(self, name, _spatial(getattr(self, name), ndim, name))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.input_size)
+
+    @property
+    def output_size(self) -> tuple:
+        out = []
+        for i, f, s, p, d in zip(self.input_size, self.filter_size, self.stride, self.padding,
+                                 self.dilation):
+            out.append((i + 2 * p - d * (f - 1) - 1) // s + 1)
+        return tuple(out)
+
+    @property
+    def input_shape(self) -> tuple:
+        return (self.N, *self.input_size, self.G * self.C)
+
+    @property
+    def weight_shape(self) -> tuple:
+        return (self.G * self.K, *self.filter_size, self.C)
+
+    @property
+    def output_shape(self) -> tuple:
+        return (self.N, *self.output_size, self.G * self.K)
+
+    @property
+    def reduction_length(self) -> int:
+        """The K of the implicit GEMM: what one output element sums over."""
+        taps = math.prod(self.filter_size)
+        if self.direction is Direction.FWD:
+            return taps * self.C
+        if self.direction is Direction.BWD_DATA:
+            return taps * self.K
+        return self.N * math.prod(self.output_size)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.N * self.G * self.K * self.C * math.prod(self.output_size) * math.prod(self.filter_size)
+
+    def required_elements(self) -> tuple:
+        """Elements of input, weight and output."""
+        return tuple(math.prod(shape) for shape in (self.input_shape, self.weight_shape, self.output_shape))
+
+    def to_c(self) -> _ffi.TdConvProblem:
+        pad3 = lambda values, fill: (fill,) * (3 - self.ndim) + tuple(values)  # noqa: E731
+        d, h, w = pad3(self.input_size, 1)
+        z, y, x = pad3(self.filter_size, 1)
+        sd, sh, sw = pad3(self.stride, 1)
+        pd, ph, pw = pad3(self.padding, 0)
+        dd, dh, dw = pad3(self.dilation, 1)
+        base = _ffi.ConvProblemC(self.N, self.G, self.C, self.K, d, h, w, z, y, x, sd, sh, sw,
+                                 pd, ph, pw, dd, dh, dw, self.direction.code, self.split_k)
+        return _ffi.TdConvProblem(base, self.ndim, self.dtype.code)
