@@ -73,17 +73,17 @@ extern "C" {
 TD_API int conv_dispatcher_init(void) { return TD_OK; }
 
 TD_API int conv_dispatcher_is_supported(const ConvProblemC* p) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
         const TdConvProblem e = legacy_problem(p);
         const ConvKernel* k = nullptr;
         const int s = pick(&e, nullptr, &k);
-        return s == TD_OK ? 1 : s == TD_UNSUPPORTED ? 0 : s;
+        return s == TD_OK ? 1 : s == (int)TD_UNSUPPORTED ? 0 : s;
     });
 }
 
 TD_API int conv_dispatcher_select_kernel(const ConvProblemC* p, char* name, int size) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
         const TdConvProblem e = legacy_problem(p);
         const ConvKernel* k = nullptr;
@@ -94,7 +94,7 @@ TD_API int conv_dispatcher_select_kernel(const ConvProblemC* p, char* name, int 
 
 TD_API int conv_dispatcher_run(const void* input, const void* weight, void* output, const ConvProblemC* p,
                                float* time_ms) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
         const TdConvProblem e = legacy_problem(p);
         return run(&e, nullptr, input, weight, output, nullptr, 0, nullptr, time_ms);
@@ -106,15 +106,15 @@ TD_API const char* conv_dispatcher_export_registry_json(void) { return table_reg
 TD_API void conv_dispatcher_cleanup(void) {}
 
 TD_API int td_conv_is_supported(const TdConvProblem* p, const char* kernel) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         const ConvKernel* k = nullptr;
         const int s = pick(p, kernel, &k);
-        return s == TD_OK ? 1 : (s == TD_UNSUPPORTED || s == TD_REJECTED) ? 0 : s;
+        return s == TD_OK ? 1 : (s == (int)TD_UNSUPPORTED || s == (int)TD_REJECTED) ? 0 : s;
     });
 }
 
 TD_API int td_conv_select(const TdConvProblem* p, char* name, size_t size) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         const ConvKernel* k = nullptr;
         if (int s = pick(p, nullptr, &k)) return s;
         return copy_name(k->info.name, name, size);
@@ -122,7 +122,7 @@ TD_API int td_conv_select(const TdConvProblem* p, char* name, size_t size) {
 }
 
 TD_API int td_conv_workspace_size(const TdConvProblem* p, const char* kernel, size_t* bytes) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         if (!bytes) return fail(TD_ERROR, "bytes must not be NULL");
         const ConvKernel* k = nullptr;
         if (int s = pick(p, kernel, &k)) return s;
@@ -134,7 +134,7 @@ TD_API int td_conv_workspace_size(const TdConvProblem* p, const char* kernel, si
 TD_API int td_conv_run(const TdConvProblem* p, const char* kernel, const void* input, const void* weight,
                        void* output, void* workspace, size_t workspace_bytes, void* stream,
                        float* time_ms) {
-    return guarded([&] { return run(p, kernel, input, weight, output, workspace, workspace_bytes, stream, time_ms); });
+    return guarded([&]() -> int { return run(p, kernel, input, weight, output, workspace, workspace_bytes, stream, time_ms); });
 }
 
 }  // extern "C"

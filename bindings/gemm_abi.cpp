@@ -73,16 +73,16 @@ extern "C" {
 TD_API int dispatcher_init(void) { return TD_OK; }
 
 TD_API int dispatcher_is_supported(int64_t M, int64_t N, int64_t K) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         const TdGemmProblem p = legacy_problem(M, N, K);
         const GemmKernel* k = nullptr;
         const int s = pick(&p, nullptr, &k);
-        return s == TD_OK ? 1 : s == TD_UNSUPPORTED ? 0 : s;
+        return s == TD_OK ? 1 : s == (int)TD_UNSUPPORTED ? 0 : s;
     });
 }
 
 TD_API int dispatcher_select_kernel(int64_t M, int64_t N, int64_t K, char* name, int size) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         const TdGemmProblem p = legacy_problem(M, N, K);
         const GemmKernel* k = nullptr;
         if (int s = pick(&p, nullptr, &k)) return s;
@@ -92,7 +92,7 @@ TD_API int dispatcher_select_kernel(int64_t M, int64_t N, int64_t K, char* name,
 
 TD_API int dispatcher_run_gemm(const void* A, const void* B, void* C, int64_t M, int64_t N, int64_t K,
                                float* time_ms) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         const TdGemmProblem p = legacy_problem(M, N, K);
         return run(&p, nullptr, A, B, C, nullptr, 0, nullptr, time_ms);
     });
@@ -103,15 +103,15 @@ TD_API const char* dispatcher_export_registry_json(void) { return table_registry
 TD_API void dispatcher_cleanup(void) {}
 
 TD_API int td_gemm_is_supported(const TdGemmProblem* p, const char* kernel) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         const GemmKernel* k = nullptr;
         const int s = pick(p, kernel, &k);
-        return s == TD_OK ? 1 : (s == TD_UNSUPPORTED || s == TD_REJECTED) ? 0 : s;
+        return s == TD_OK ? 1 : (s == (int)TD_UNSUPPORTED || s == (int)TD_REJECTED) ? 0 : s;
     });
 }
 
 TD_API int td_gemm_select(const TdGemmProblem* p, char* name, size_t size) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         const GemmKernel* k = nullptr;
         if (int s = pick(p, nullptr, &k)) return s;
         return copy_name(k->info.name, name, size);
@@ -119,7 +119,7 @@ TD_API int td_gemm_select(const TdGemmProblem* p, char* name, size_t size) {
 }
 
 TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, size_t* bytes) {
-    return guarded([&] {
+    return guarded([&]() -> int {
         if (!bytes) return fail(TD_ERROR, "bytes must not be NULL");
         const GemmKernel* k = nullptr;
         if (int s = pick(p, kernel, &k)) return s;
@@ -130,7 +130,7 @@ TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, si
 
 TD_API int td_gemm_run(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* C,
                        void* workspace, size_t workspace_bytes, void* stream, float* time_ms) {
-    return guarded([&] { return run(p, kernel, A, B, C, workspace, workspace_bytes, stream, time_ms); });
+    return guarded([&]() -> int { return run(p, kernel, A, B, C, workspace, workspace_bytes, stream, time_ms); });
 }
 
 }  // extern "C"

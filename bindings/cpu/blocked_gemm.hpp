@@ -36,26 +36,51 @@ inline int max_threads() {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// acc[MR x NR] (row stride ldc) += a_panel(kc x MR) * b_panel(kc x NR); written so that
-// the compiler keeps the accumulators in vector registers.
+// acc[MR x NR] (row stride ldc) += a_panel(kc x MR) * b_panel(kc x NR). The accumulators
+// are GCC/Clang vector-extension values (8 floats each) that the compiler keeps in vector
+// registers and lowers to whatever the target has (AVX2/AVX-512 FMA, SSE, NEON).
+typedef float vec8 __attribute__((vector_size(32)));
+typedef float vec8u __attribute__((vector_size(32), aligned(4), may_alias));  // unaligned access
+
 template <int MR, int NR>
 inline void micro_kernel(int kc, const float* __restrict a, const float* __restrict b,
                          float* __restrict c, int ldc) {
-    float acc[MR][NR];
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j] = 0.0f;
-    for (int p = 0; p < kc; ++p) {
-        const float* __restrict ap = a + p * MR;
-        const float* __restrict bp = b + p * NR;
+    static_assert(NR % 4 == 0, "NR must be a multiple of 4");
+    if constexpr (NR % 8 == 0) {
+        constexpr int NV = NR / 8;
+        vec8 acc[MR][NV];
 #pragma GCC unroll 16
-        for (int i = 0; i < MR; ++i) {
-            const float ai = ap[i];
-#pragma GCC unroll 32
-            for (int j = 0; j < NR; ++j) acc[i][j] += ai * bp[j];
+        for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) acc[i][v] = vec8{};
+        for (int p = 0; p < kc; ++p) {
+            vec8 bv[NV];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const vec8u*>(b + p * NR + v * 8);
+#pragma GCC unroll 16
+            for (int i = 0; i < MR; ++i) {
+                const float ai = a[p * MR + i];
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; ++v) acc[i][v] += ai * bv[v];
+            }
         }
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) {
+                vec8u* cv = reinterpret_cast<vec8u*>(c + i * ldc + v * 8);
+                *cv = *cv + acc[i][v];
+            }
+    } else {
+        float acc[MR][NR];
+        for (int i = 0; i < MR; ++i)
+            for (int j = 0; j < NR; ++j) acc[i][j] = 0.0f;
+        for (int p = 0; p < kc; ++p)
+            for (int i = 0; i < MR; ++i)
+                for (int j = 0; j < NR; ++j) acc[i][j] += a[p * MR + i] * b[p * NR + j];
+        for (int i = 0; i < MR; ++i)
+            for (int j = 0; j < NR; ++j) c[i * ldc + j] += acc[i][j];
     }
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) c[i * ldc + j] += acc[i][j];
 }
 
 // 64-byte aligned float buffers, allocated before any parallel region so that an
