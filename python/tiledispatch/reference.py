@@ -87,7 +87,7 @@ def conv(problem, x=None, w=None, dy=None):
     dyg = grouped(dy, K)
     dw = np.zeros((G, K, *P.filter_size, C))
     mag = np.zeros_like(dw)
-    lead = "".join("abc"[:nd])
+    lead = "xyz"[:nd]
     for tap in taps:
         xs = xp[(slice(None),) + _tap_slices(tap, P.stride, P.dilation, out_size)]
         spec = f"n{lead}gk,n{lead}gc->gkc"

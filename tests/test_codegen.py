@@ -1,0 +1,197 @@
+"""Codegen without a build: the manifest model, errors with line numbers, expansion,
+names, emitted sources."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from codegen import (
+    ConvKernelConfig, ConvLayout, Direction, DType, GemmKernelConfig, GemmVariant, Layout,
+    ManifestError, Reduction, config_from_name, expand, load_manifest, parse_manifest,
+)
+from codegen.emit import emit_source, write_if_changed
+from codegen.registry import registry_dict, table_source
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def default_expansion():
+    return expand(load_manifest(ROOT / "kernels.yaml"), ["cpu"])
+
+
+def test_default_manifest_expands_to_the_documented_count():
+    # 5 dtypes x 4 layouts + 2 x 2 small tiles + 3 dtypes x 2 stream-K reductions
+    # + 3 directions x 3 ranks x 3 dtypes
+    result = default_expansion()
+    assert len(result.configs) == 20 + 4 + 6 + 27
+    assert result.duplicates == ()
+
+
+def test_default_manifest_covers_every_dtype_layout_variant_and_conv_kind():
+    configs = default_expansion().configs
+    gemms = [c for c in configs if c.op == "gemm"]
+    convs = [c for c in configs if c.op == "conv"]
+    assert {c.dtype for c in gemms} == set(DType)
+    assert {c.layout for c in gemms} == set(Layout)
+    assert {(c.variant, c.reduction) for c in gemms} == {
+        (GemmVariant.STANDARD, None), (GemmVariant.STREAM_K, Reduction.ATOMIC),
+        (GemmVariant.STREAM_K, Reduction.DETERMINISTIC)}
+    assert {(c.direction, c.ndim) for c in convs} == {(d, n) for d in Direction for n in (1, 2, 3)}
+
+
+def test_names_are_unique_canonical_and_round_trip():
+    configs = default_expansion().configs
+    names = [c.name for c in configs]
+    assert len(names) == len(set(names))
+    assert names == sorted(names)
+    for config in configs:
+        assert re.fullmatch(r"[a-z0-9_]+", config.name)
+        assert config.name.endswith("_cpu")
+        assert config_from_name(config.name) == config
+
+
+def test_name_format_is_exact():
+    g = GemmKernelConfig("bf16", "rcr", "stream_k", "atomic", (128, 256, 64), target="cpu")
+    assert g.name == "gemm_bf16_rcr_streamk_atomic_128x256x64_r6x16_cpu"
+    c = ConvKernelConfig("bwd_weight", "NDHWGC", "fp16", (32, 64, 16), target="cpu")
+    assert c.name == "conv_bwdweight_ndhwgc_fp16_32x64x16_r4x16_cpu"
+    assert GemmKernelConfig(DType.FP8_E4M3).name.startswith("gemm_fp8e4m3_rcr_standard_")
+
+
+@pytest.mark.parametrize("bad", [
+    "gemm_fp64_rcr_standard_1x1x1_r6x16_cpu",           # unknown dtype
+    "gemm_fp32_rcr_standard_1x1x1_r6x16_sm99",          # unknown target
+    "gemm_fp32_rcr_streamk_1x1x1_r6x16_cpu",            # stream-K without reduction
+    "gemm_fp32_rcr_standard_001x1x1_r6x16_cpu",         # not canonical
+    "conv_fwd_nhwgc_fp32_1x1_r4x16_cpu",                # bad tile
+    "softmax_fp32_cpu",                                 # unknown op
+])
+def test_bad_names_are_rejected(bad):
+    with pytest.raises(ValueError):
+        config_from_name(bad)
+
+
+def test_filter_globs_select_by_name():
+    manifest = load_manifest(ROOT / "kernels.yaml")
+    only = expand(manifest, ["cpu"], "gemm_bf16_*,conv_fwd_nwgc_*")
+    names = [c.name for c in only.configs]
+    assert names and all(n.startswith(("gemm_bf16_", "conv_fwd_nwgc_")) for n in names)
+    assert len(names) + only.filtered_out == 57
+    assert expand(manifest, ["sm_90a"]).configs == ()  # groups for other targets are skipped
+
+
+GOOD_GROUP = """\
+schema_version: 1
+gemm:
+  - dtype: [fp32]
+    layout: [rcr]
+    tile: [48, 64, 128]
+    targets: [cpu]
+"""
+
+
+def parse(text):
+    return parse_manifest(textwrap.dedent(text), "kernels.yaml")
+
+
+@pytest.mark.parametrize("text, line, message", [
+    (GOOD_GROUP + "    colour: red\n", 7, "unknown key 'colour'"),
+    (GOOD_GROUP + "    dtype: [bf16]\n", 7, "duplicate key 'dtype' (first at line 3)"),
+    (GOOD_GROUP.replace("dtype: [fp32]", "dtype: [fp32, fp64]"), 3, "unknown dtype 'fp64'"),
+    (GOOD_GROUP.replace("targets: [cpu]", "targets:\n      - cpu\n      - sm_99"), 8,
+     "unknown target 'sm_99'"),
+    (GOOD_GROUP.replace("tile: [48, 64, 128]", "tile: [48, 64, big]"), 5, "'tile' items must be lists of 3 integers"),
+    (GOOD_GROUP.replace("tile: [48, 64, 128]", "tile: [50, 64, 128]"), 5,
+     "cpu backend cannot build tile [50, 64, 128] with r6x16: tile M 50 is not a multiple of the micro tile rows 6"),
+    (GOOD_GROUP.replace("layout: [rcr]", "layout: {a: row}"), 4, "'layout' takes strings"),
+    (GOOD_GROUP + "    reduction: atomic\n", 7, "'reduction' applies only to variant stream_k"),
+    (GOOD_GROUP + "    variant: stream_k\n", 7, "variant stream_k needs 'reduction'"),
+    (GOOD_GROUP.replace("    tile: [48, 64, 128]\n", ""), 3, "missing key 'tile'"),
+    (GOOD_GROUP + "    cpu: {micro_tile: [7, 16]}\n", 7, "tile M 48 is not a multiple of the micro tile rows 7"),
+    (GOOD_GROUP + "    cuda: {cluster: [2, 1]}\n", 7, "the cuda backend is not part of this version"),
+    (GOOD_GROUP.replace("schema_version: 1", "schema_version: 2"), 1, "schema_version must be 1"),
+    (GOOD_GROUP + "  - dtype: [fp32\n", 8, "invalid YAML"),
+    (GOOD_GROUP + "conv:\n  - direction: sideways\n    layout: NHWGC\n    dtype: fp32\n"
+     "    tile: [64, 64, 64]\n    targets: cpu\n", 8, "unknown direction 'sideways'"),
+    (GOOD_GROUP + "conv:\n  - direction: fwd\n    layout: NHWC\n    dtype: fp32\n"
+     "    tile: [64, 64, 64]\n    targets: cpu\n", 9, "unknown conv layout 'NHWC'"),
+])
+def test_manifest_errors_name_file_and_line(text, line, message):
+    with pytest.raises(ManifestError) as info:
+        expand(parse(text), ["cpu"])
+    rendered = str(info.value)
+    assert rendered.startswith(f"kernels.yaml:{line}: "), rendered
+    assert message in rendered
+
+
+def test_codegen_cli_fails_with_file_line_and_exit_1(tmp_path):
+    bad = tmp_path / "kernels.yaml"
+    bad.write_text(GOOD_GROUP.replace("dtype: [fp32]", "dtype: [fp64]"))
+    proc = subprocess.run([sys.executable, "-m", "codegen", "list", "--manifest", str(bad),
+                           "--targets", "cpu"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith(f"{bad}:3: unknown dtype 'fp64'")
+
+
+def test_codegen_cli_lists_for_meson(tmp_path):
+    good = tmp_path / "kernels.yaml"
+    good.write_text(GOOD_GROUP)
+    proc = subprocess.run([sys.executable, "-m", "codegen", "list", "--manifest", str(good),
+                           "--targets", "cpu", "--format", "meson"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "gemm cpu cpu gemm_fp32_rcr_standard_48x64x128_r6x16_cpu\n"
+
+
+def test_an_empty_selection_is_an_error_not_an_empty_library(tmp_path):
+    good = tmp_path / "kernels.yaml"
+    good.write_text(GOOD_GROUP)
+    proc = subprocess.run([sys.executable, "-m", "codegen", "list", "--manifest", str(good),
+                           "--targets", "cpu", "--filter", "conv_*"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "no kernels for targets cpu match filter 'conv_*'" in proc.stderr
+
+
+@pytest.mark.parametrize("name", [
+    "gemm_bf16_rcr_streamk_deterministic_96x128x256_r6x16_cpu",
+    "conv_bwddata_nhwgc_fp16_64x64x64_r4x16_cpu",
+])
+def test_emitted_sources_match_golden_files(name):
+    text = emit_source(config_from_name(name))
+    assert text.startswith("// Generated by tiledispatch codegen")
+    assert "do not edit" in text
+    assert text == (GOLDEN / f"{name}.cpp").read_text()
+
+
+def test_write_if_changed_leaves_identical_files_alone(tmp_path):
+    target = tmp_path / "x.cpp"
+    assert write_if_changed(target, "int x;\n") is True
+    os.utime(target, (1_000_000, 1_000_000))
+    assert write_if_changed(target, "int x;\n") is False
+    assert target.stat().st_mtime == 1_000_000
+    assert write_if_changed(target, "int y;\n") is True
+    assert target.read_text() == "int y;\n"
+
+
+def test_table_and_registry_come_from_the_same_expansion():
+    configs = default_expansion().configs
+    table = table_source(configs, "gemm", "cpu")
+    gemms = [c for c in configs if c.op == "gemm"]
+    assert f"const size_t gemm_table_size = {len(gemms)};" in table
+    for c in gemms:
+        assert f"&kernel_{c.name}," in table
+    reg = registry_dict(configs)
+    assert [k["name"] for k in reg["kernels"]] == [c.name for c in configs]
+    assert {(lib["op"], lib["target"], lib["kernels"]) for lib in reg["libraries"]} == {
+        ("gemm", "cpu", len(gemms)), ("conv", "cpu", len(configs) - len(gemms))}
+
+
+def test_conv_layouts_imply_rank_and_partner_layouts():
+    assert ConvLayout.parse("NDHWGC,GKZYXC,NDHWGK") is ConvLayout.NDHWGC
+    assert ConvLayout.NWGC.ndim == 1 and ConvLayout.NWGC.weight_layout == "GKXC"
+    with pytest.raises(ValueError):
+        ConvLayout.parse("NHWGC,GKXC,NHWGK")
