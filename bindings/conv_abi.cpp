@@ -1,9 +1,10 @@
 // The conv library's C ABI: the reference system's conv_dispatcher_* functions and td_conv_*.
-#include <chrono>
 #include <string>
+#include <vector>
 
 #include "tiledispatch/conv_geometry.hpp"
 #include "dispatcher.hpp"
+#include "tiledispatch/device.hpp"
 
 namespace td {
 namespace {
@@ -36,31 +37,78 @@ GemmShape gemm_shape(const ConvGeometry& g, int direction) {
     return {g.G, g.K, taps * g.C, g.N * g.out_pixels()};
 }
 
-int pick(const TdConvProblem* p, const char* name, const ConvKernel** out) {
+int ranked(const TdConvProblem* p, const char* name, std::vector<const ConvKernel*>* out) {
     ConvGeometry g{};
     if (int s = check_problem(p, &g)) return s;
-    const int threads = host_threads();
+    const int workers = device::multiprocessors();
     const GemmShape shape = gemm_shape(g, p->base.direction);
     auto cost = [&](const KernelInfo& k) {
         return predicted_cost(k, shape, k.reduction >= 0,
-                              p->base.split_k > 0 ? p->base.split_k : threads, threads);
+                              p->base.split_k > 0 ? p->base.split_k : workers, workers);
     };
-    return choose(conv_table, conv_table_size, *p, name, cost, out);
+    return rank(conv_table, conv_table_size, *p, name, cost, out);
+}
+
+int pick(const TdConvProblem* p, const char* name, const ConvKernel** out) {
+    std::vector<const ConvKernel*> list;
+    *out = nullptr;
+    if (int s = ranked(p, name, &list)) return s;
+    *out = list.front();
+    return TD_OK;
 }
 
 int run(const TdConvProblem* p, const char* name, const void* in, const void* wei, void* out, void* ws,
         size_t ws_bytes, void* stream, float* time_ms) {
-    const ConvKernel* k = nullptr;
-    if (int s = pick(p, name, &k)) return s;
+    std::vector<const ConvKernel*> list;
+    if (int s = ranked(p, name, &list)) return s;
     if (!in || !wei || !out) return fail(TD_ERROR, "input, weight and output must not be NULL");
-    const auto start = std::chrono::steady_clock::now();
-    const int status = k->run(*p, in, wei, out, ws, ws_bytes, stream);
-    const auto stop = std::chrono::steady_clock::now();
-    if (status == TD_REJECTED)
-        return fail(status, std::string("kernel ") + k->info.name + " rejected the arguments (workspace too small?)");
-    if (status != TD_OK) return fail(status, std::string("kernel ") + k->info.name + " failed");
-    if (time_ms) *time_ms = std::chrono::duration<float, std::milli>(stop - start).count();
-    return TD_OK;
+    std::string rejections;
+    for (const ConvKernel* k : list) {
+        device::Timer timer;
+        if (time_ms)
+            if (int s = timer.start(stream)) return s;
+        const int status = k->run(*p, in, wei, out, ws, ws_bytes, stream);
+        if (status == TD_REJECTED) {
+            rejections += std::string(rejections.empty() ? "" : "; ") + k->info.name + ": " + td_last_error();
+            continue;
+        }
+        if (status != TD_OK) return status;
+        if (time_ms)
+            if (int s = timer.stop(stream, time_ms)) return s;
+        return TD_OK;
+    }
+    return fail(TD_REJECTED, "every kernel rejected the arguments: " + rejections);
+}
+
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    ~DeviceBuffer() { device::release(ptr); }
+};
+
+// Host pointers: copy the tensors in, run, copy the written one back.
+int run_host(const TdConvProblem* p, const char* name, const void* in, const void* wei, void* out,
+             float* time_ms) {
+    ConvGeometry g{};
+    if (int s = check_problem(p, &g)) return s;
+    if (!in || !wei || !out) return fail(TD_ERROR, "input, weight and output must not be NULL");
+    if (device::host_is_device()) return run(p, name, in, wei, out, nullptr, 0, nullptr, time_ms);
+    const int64_t elem = p->dtype == TD_FP32 ? 4 : (p->dtype == TD_FP16 || p->dtype == TD_BF16) ? 2 : 1;
+    const int64_t out_elem = p->dtype == TD_FP32 ? 4 : 2;
+    const int dir = p->base.direction;
+    const size_t sizes[3] = {
+        (size_t)(g.N * g.in_pixels() * g.G * g.C * (dir == TD_CONV_BWD_DATA ? out_elem : elem)),
+        (size_t)(g.G * g.K * g.taps() * g.C * (dir == TD_CONV_BWD_WEIGHT ? out_elem : elem)),
+        (size_t)(g.N * g.out_pixels() * g.G * g.K * (dir == TD_CONV_FWD ? out_elem : elem))};
+    const void* host[3] = {in, wei, out};
+    const int written = dir == TD_CONV_FWD ? 2 : dir == TD_CONV_BWD_DATA ? 0 : 1;
+    DeviceBuffer dev[3];
+    for (int i = 0; i < 3; ++i) {
+        if (int s = device::allocate(&dev[i].ptr, sizes[i])) return s;
+        if (i != written)
+            if (int s = device::copy_to_device(dev[i].ptr, host[i], sizes[i], nullptr)) return s;
+    }
+    if (int s = run(p, name, dev[0].ptr, dev[1].ptr, dev[2].ptr, nullptr, 0, nullptr, time_ms)) return s;
+    return device::copy_to_host(const_cast<void*>(host[written]), dev[written].ptr, sizes[written], nullptr);
 }
 
 }  // namespace
@@ -97,7 +145,7 @@ TD_API int conv_dispatcher_run(const void* input, const void* weight, void* outp
     return guarded([&]() -> int {
         if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
         const TdConvProblem e = legacy_problem(p);
-        return run(&e, nullptr, input, weight, output, nullptr, 0, nullptr, time_ms);
+        return run_host(&e, nullptr, input, weight, output, time_ms);
     });
 }
 
@@ -135,6 +183,11 @@ TD_API int td_conv_run(const TdConvProblem* p, const char* kernel, const void* i
                        void* output, void* workspace, size_t workspace_bytes, void* stream,
                        float* time_ms) {
     return guarded([&]() -> int { return run(p, kernel, input, weight, output, workspace, workspace_bytes, stream, time_ms); });
+}
+
+TD_API int td_conv_run_host(const TdConvProblem* p, const char* kernel, const void* input, const void* weight,
+                            void* output, float* time_ms) {
+    return guarded([&]() -> int { return run_host(p, kernel, input, weight, output, time_ms); });
 }
 
 }  // extern "C"

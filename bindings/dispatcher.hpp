@@ -2,11 +2,14 @@
 // model, and selection (supports -> cost -> name; never first-fit).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tiledispatch/kernel.hpp"
 
@@ -47,39 +50,45 @@ int host_threads();
 // Copies name into buf or fails with TD_ERROR when it does not fit.
 int copy_name(const char* name, char* buf, size_t size);
 
-// Picks the kernel for a problem. name non-empty: that kernel (TD_UNSUPPORTED when the
-// library has none of that name, TD_REJECTED when it refuses the problem).
+// The kernels for a problem, best first. name non-empty: just that kernel (TD_UNSUPPORTED
+// when the library has none of that name, TD_REJECTED when it refuses the problem).
+// Otherwise every kernel whose supports() accepts the problem, ranked by predicted cost,
+// then by name; TD_UNSUPPORTED when there is none.
 template <class Kernel, class Problem, class CostFn>
-int choose(const Kernel* const* table, size_t count, const Problem& p, const char* name,
-           CostFn cost, const Kernel** out) {
-    *out = nullptr;
+int rank(const Kernel* const* table, size_t count, const Problem& p, const char* name, CostFn cost,
+         std::vector<const Kernel*>* out) {
+    out->clear();
     if (name && *name) {
         for (size_t i = 0; i < count; ++i) {
             if (std::strcmp(table[i]->info.name, name) != 0) continue;
             std::string why;
             if (table[i]->supports(p, &why) != TD_OK)
                 return fail(TD_REJECTED, std::string("kernel ") + name + " rejects this problem: " + why);
-            *out = table[i];
+            out->push_back(table[i]);
             return TD_OK;
         }
         return fail(TD_UNSUPPORTED, std::string("no kernel named ") + name + " in the " +
                                         table_op + " library for target " + table_target);
     }
-    double best_cost = 0;
+    std::vector<std::pair<double, const Kernel*>> scored;
+    std::string reasons;
     for (size_t i = 0; i < count; ++i) {
         std::string why;
-        if (table[i]->supports(p, &why) != TD_OK) continue;
-        const double c = cost(table[i]->info);
-        if (!*out || c < best_cost ||
-            (c == best_cost && std::strcmp(table[i]->info.name, (*out)->info.name) < 0)) {
-            *out = table[i];
-            best_cost = c;
+        if (table[i]->supports(p, &why) != TD_OK) {
+            if (why != "dtype differs" && why != "layout differs" && reasons.size() < 400)
+                reasons += std::string("; ") + table[i]->info.name + ": " + why;
+            continue;
         }
+        scored.emplace_back(cost(table[i]->info), table[i]);
     }
-    if (!*out)
+    std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first < b.first : std::strcmp(a.second->info.name, b.second->info.name) < 0;
+    });
+    for (const auto& entry : scored) out->push_back(entry.second);
+    if (out->empty())
         return fail(TD_UNSUPPORTED, std::string("no ") + table_op + " kernel for target " + table_target +
                                         " supports this problem (" + std::to_string(count) +
-                                        " kernels registered)");
+                                        " kernels registered)" + reasons);
     return TD_OK;
 }
 

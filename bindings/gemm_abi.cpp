@@ -1,11 +1,15 @@
 // The GEMM library's C ABI: the reference system's dispatcher_* functions and td_gemm_*.
-#include <chrono>
 #include <string>
+#include <vector>
 
 #include "dispatcher.hpp"
+#include "tiledispatch/device.hpp"
 
 namespace td {
 namespace {
+
+bool a_row(const TdGemmProblem& p) { return p.layout == TD_RCR || p.layout == TD_RRR; }
+bool b_row(const TdGemmProblem& p) { return p.layout == TD_RRR || p.layout == TD_CRR; }
 
 int check_problem(const TdGemmProblem* p) {
     if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
@@ -17,9 +21,7 @@ int check_problem(const TdGemmProblem* p) {
     if (p->layout < TD_RCR || p->layout > TD_CCR)
         return fail(TD_ERROR, "unknown layout code " + std::to_string(p->layout));
     if (p->splits < 0) return fail(TD_ERROR, "splits must not be negative");
-    const bool a_row = p->layout == TD_RCR || p->layout == TD_RRR;
-    const bool b_row = p->layout == TD_RRR || p->layout == TD_CRR;
-    const int64_t min_lda = a_row ? p->K : p->M, min_ldb = b_row ? p->N : p->K, min_ldc = p->N;
+    const int64_t min_lda = a_row(*p) ? p->K : p->M, min_ldb = b_row(*p) ? p->N : p->K, min_ldc = p->N;
     if (p->lda < 0 || (p->lda && p->lda < min_lda))
         return fail(TD_ERROR, "lda " + std::to_string(p->lda) + " is below " + std::to_string(min_lda));
     if (p->ldb < 0 || (p->ldb && p->ldb < min_ldb))
@@ -29,38 +31,102 @@ int check_problem(const TdGemmProblem* p) {
     return TD_OK;
 }
 
+// The reference system's functions carry no dtype: they use fp32 when the library has an
+// fp32 rcr kernel, else bf16, else fp16 (GPU libraries build no fp32 kernels).
+int legacy_dtype() {
+    for (int dtype : {TD_FP32, TD_BF16, TD_FP16})
+        for (size_t i = 0; i < gemm_table_size; ++i)
+            if (gemm_table[i]->info.dtype == dtype && gemm_table[i]->info.layout == TD_RCR) return dtype;
+    return TD_FP32;
+}
+
 TdGemmProblem legacy_problem(int64_t M, int64_t N, int64_t K) {
     TdGemmProblem p{};
     p.M = M; p.N = N; p.K = K;
-    p.dtype = TD_FP32;
+    p.dtype = legacy_dtype();
     p.layout = TD_RCR;
     p.alpha = 1.0f;
     return p;
 }
 
-int pick(const TdGemmProblem* p, const char* name, const GemmKernel** out) {
+int ranked(const TdGemmProblem* p, const char* name, std::vector<const GemmKernel*>* out) {
     if (int s = check_problem(p)) return s;
-    const int threads = host_threads();
+    const int workers = device::multiprocessors();
     auto cost = [&](const KernelInfo& k) {
         return predicted_cost(k, GemmShape{1, p->M, p->N, p->K}, k.variant == 1,
-                              p->splits > 0 ? p->splits : threads, threads);
+                              p->splits > 0 ? p->splits : workers, workers);
     };
-    return choose(gemm_table, gemm_table_size, *p, name, cost, out);
+    return rank(gemm_table, gemm_table_size, *p, name, cost, out);
 }
 
+int pick(const TdGemmProblem* p, const char* name, const GemmKernel** out) {
+    std::vector<const GemmKernel*> list;
+    *out = nullptr;
+    if (int s = ranked(p, name, &list)) return s;
+    *out = list.front();
+    return TD_OK;
+}
+
+// Runs on device pointers; with no kernel named, a kernel that rejects the arguments
+// (a misaligned pointer, say) hands the problem to the next one in rank order.
 int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, void* ws,
         size_t ws_bytes, void* stream, float* time_ms) {
-    const GemmKernel* k = nullptr;
-    if (int s = pick(p, name, &k)) return s;
+    std::vector<const GemmKernel*> list;
+    if (int s = ranked(p, name, &list)) return s;
     if (!a || !b || !c) return fail(TD_ERROR, "A, B and C must not be NULL");
-    const auto start = std::chrono::steady_clock::now();
-    const int status = k->run(*p, a, b, c, ws, ws_bytes, stream);
-    const auto stop = std::chrono::steady_clock::now();
-    if (status == TD_REJECTED)
-        return fail(status, std::string("kernel ") + k->info.name + " rejected the arguments (workspace too small?)");
-    if (status != TD_OK) return fail(status, std::string("kernel ") + k->info.name + " failed");
-    if (time_ms) *time_ms = std::chrono::duration<float, std::milli>(stop - start).count();
-    return TD_OK;
+    std::string rejections;
+    for (const GemmKernel* k : list) {
+        device::Timer timer;
+        if (time_ms)
+            if (int s = timer.start(stream)) return s;
+        const int status = k->run(*p, a, b, c, ws, ws_bytes, stream);
+        if (status == TD_REJECTED) {
+            rejections += std::string(rejections.empty() ? "" : "; ") + k->info.name + ": " + td_last_error();
+            continue;
+        }
+        if (status != TD_OK) return status;  // the kernel set the message
+        if (time_ms)
+            if (int s = timer.stop(stream, time_ms)) return s;
+        return TD_OK;
+    }
+    return fail(TD_REJECTED, "every kernel rejected the arguments: " + rejections);
+}
+
+// Elements of A, B and C that the problem spans (leading dimensions included).
+void extents(const TdGemmProblem& p, int64_t* a, int64_t* b, int64_t* c) {
+    const int64_t lda = p.lda ? p.lda : (a_row(p) ? p.K : p.M);
+    const int64_t ldb = p.ldb ? p.ldb : (b_row(p) ? p.N : p.K);
+    const int64_t ldc = p.ldc ? p.ldc : p.N;
+    *a = a_row(p) ? (p.M - 1) * lda + p.K : (p.K - 1) * lda + p.M;
+    *b = b_row(p) ? (p.K - 1) * ldb + p.N : (p.N - 1) * ldb + p.K;
+    *c = (p.M - 1) * ldc + p.N;
+}
+
+int64_t in_bytes(int dtype) { return dtype == TD_FP32 ? 4 : (dtype == TD_FP16 || dtype == TD_BF16) ? 2 : 1; }
+int64_t out_bytes(int dtype) { return dtype == TD_FP32 ? 4 : 2; }
+
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    ~DeviceBuffer() { device::release(ptr); }
+};
+
+// Host pointers: copy in, run, copy out (the reference system's path).
+int run_host(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, float* time_ms) {
+    if (int s = check_problem(p)) return s;
+    if (!a || !b || !c) return fail(TD_ERROR, "A, B and C must not be NULL");
+    if (device::host_is_device()) return run(p, name, a, b, c, nullptr, 0, nullptr, time_ms);
+    int64_t na, nb, nc;
+    extents(*p, &na, &nb, &nc);
+    const size_t ba = na * in_bytes(p->dtype), bb = nb * in_bytes(p->dtype), bc = nc * out_bytes(p->dtype);
+    DeviceBuffer da, db, dc;
+    if (int s = device::allocate(&da.ptr, ba)) return s;
+    if (int s = device::allocate(&db.ptr, bb)) return s;
+    if (int s = device::allocate(&dc.ptr, bc)) return s;
+    if (int s = device::copy_to_device(da.ptr, a, ba, nullptr)) return s;
+    if (int s = device::copy_to_device(db.ptr, b, bb, nullptr)) return s;
+    if (int s = device::copy_to_device(dc.ptr, c, bc, nullptr)) return s;  // keeps C's padding
+    if (int s = run(p, name, da.ptr, db.ptr, dc.ptr, nullptr, 0, nullptr, time_ms)) return s;
+    return device::copy_to_host(c, dc.ptr, bc, nullptr);
 }
 
 }  // namespace
@@ -94,11 +160,12 @@ TD_API int dispatcher_run_gemm(const void* A, const void* B, void* C, int64_t M,
                                float* time_ms) {
     return guarded([&]() -> int {
         const TdGemmProblem p = legacy_problem(M, N, K);
-        return run(&p, nullptr, A, B, C, nullptr, 0, nullptr, time_ms);
+        return run_host(&p, nullptr, A, B, C, time_ms);
     });
 }
 
 TD_API int dispatcher_get_kernel_count(void) { return (int)gemm_table_size; }
+TD_API int td_legacy_dtype(void) { return legacy_dtype(); }
 TD_API const char* dispatcher_export_registry_json(void) { return table_registry_json; }
 TD_API void dispatcher_cleanup(void) {}
 
@@ -131,6 +198,11 @@ TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, si
 TD_API int td_gemm_run(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* C,
                        void* workspace, size_t workspace_bytes, void* stream, float* time_ms) {
     return guarded([&]() -> int { return run(p, kernel, A, B, C, workspace, workspace_bytes, stream, time_ms); });
+}
+
+TD_API int td_gemm_run_host(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* C,
+                            float* time_ms) {
+    return guarded([&]() -> int { return run_host(p, kernel, A, B, C, time_ms); });
 }
 
 }  // extern "C"

@@ -1,9 +1,11 @@
-// gpu_helper M N K [--validate]: the reference system's JSON tool. Runs one fp32 GEMM
-// (layout rcr) through the legacy ABI of the GEMM library it is linked with and prints
+// gpu_helper M N K [--validate]: the reference system's JSON tool. Runs one GEMM (layout
+// rcr, element type td_legacy_dtype(): fp32 on cpu, bf16 on GPUs) through the legacy ABI
+// of the GEMM library it is linked with (host pointers) and prints
 //   {"problem":{...},"kernel":...,"execution":{...},"validation":{...},"status":...}
 // Validation compares every output (or 4096 sampled ones on large problems) against a
-// float64 reference, with the fp32 tolerance of python/tiledispatch/reference.py:
-// |c - ref| <= (8 * 2^-24 * sqrt(K) + 2^-24) * sum_k |a_ik * b_kj|.
+// float64 reference on the same quantized inputs, with the tolerance of
+// python/tiledispatch/reference.py: |c - ref| <= (8 * 2^-24 * sqrt(K) + u_out) * sum_k |a_ik b_kj|,
+// u_out the unit roundoff of the output type (2^-24 fp32, 2^-11 fp16, 2^-8 bf16).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/dtypes.hpp"
 #include "tiledispatch/tiledispatch.h"
 
 static std::string json_escape(const char* s) {
@@ -47,25 +50,48 @@ int main(int argc, char** argv) {
     const bool validate = argc == 5 && std::strcmp(argv[4], "--validate") == 0;
     if (argc == 5 && !validate) return usage();
 
-    std::printf("{\"problem\":{\"M\":%lld,\"N\":%lld,\"K\":%lld},", (long long)M, (long long)N, (long long)K);
+    static const char* dtype_names[] = {"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"};
+    std::printf("{\"problem\":{\"M\":%lld,\"N\":%lld,\"K\":%lld,\"dtype\":\"%s\"},", (long long)M, (long long)N,
+                (long long)K, dtype_names[td_legacy_dtype()]);
     char name[256] = "";
     int status = dispatcher_select_kernel(M, N, K, name, sizeof name);
-    std::vector<float> a, b, c;
+    const int dtype = td_legacy_dtype();
+    const bool wide = dtype == TD_FP32;
+    std::vector<float> a, b, c;             // the quantized values, as float
+    std::vector<uint16_t> a16, b16, c16;    // their 16-bit storage for fp16 / bf16
     float ms = 0;
     if (status == TD_OK) {
         try {
             a.resize((size_t)(M * K));
             b.resize((size_t)(K * N));
             c.assign((size_t)(M * N), NAN);
+            if (!wide) {
+                a16.resize(a.size());
+                b16.resize(b.size());
+                c16.assign(c.size(), 0x7fc0);
+            }
         } catch (...) {
             std::printf("\"kernel\":\"%s\",\"status\":\"error\",\"error\":\"out of host memory\"}\n", name);
             return 1;
         }
         std::mt19937 rng(1234);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        for (auto& v : a) v = dist(rng);
-        for (auto& v : b) v = dist(rng);
-        status = dispatcher_run_gemm(a.data(), b.data(), c.data(), M, N, K, &ms);
+        auto quantize = [&](std::vector<float>& v, std::vector<uint16_t>& bits) {
+            for (size_t i = 0; i < v.size(); ++i) {
+                v[i] = dist(rng);
+                if (dtype == TD_BF16) { bits[i] = td::float_to_bf16(v[i]); v[i] = td::bf16_to_float(bits[i]); }
+                if (dtype == TD_FP16) { bits[i] = td::float_to_half(v[i]); v[i] = td::half_to_float(bits[i]); }
+            }
+        };
+        quantize(a, a16);
+        quantize(b, b16);
+        if (wide) {
+            status = dispatcher_run_gemm(a.data(), b.data(), c.data(), M, N, K, &ms);
+        } else {
+            status = dispatcher_run_gemm(a16.data(), b16.data(), c16.data(), M, N, K, &ms);
+            for (size_t i = 0; i < c.size(); ++i)
+                c[i] = dtype == TD_BF16 ? td::bf16_to_float(c16[i]) : td::half_to_float(c16[i]);
+        }
     }
     if (status != TD_OK) {
         std::printf("\"kernel\":\"%s\",\"status\":\"error\",\"code\":%d,\"error\":\"%s\"}\n", name, status,
@@ -75,7 +101,8 @@ int main(int argc, char** argv) {
     const double tflops = ms > 0 ? 2.0 * M * N * K / (ms * 1e-3) / 1e12 : 0.0;
     std::printf("\"kernel\":\"%s\",\"execution\":{\"time_ms\":%.6f,\"tflops\":%.6f},", name, ms, tflops);
     if (validate) {
-        const double tol = 8.0 * std::ldexp(1.0, -24) * std::sqrt((double)K) + std::ldexp(1.0, -24);
+        const double u_out = std::ldexp(1.0, dtype == TD_FP32 ? -24 : dtype == TD_FP16 ? -11 : -8);
+        const double tol = 8.0 * std::ldexp(1.0, -24) * std::sqrt((double)K) + u_out;
         const bool sample = (double)M * N * K > 4.0e9;
         const int64_t count = sample ? 4096 : M * N;
         std::mt19937_64 pick(99);

@@ -16,6 +16,7 @@ from .manifest import expand, load_manifest
 from .model import config_from_name
 from .registry import libraries, registry_json, table_source
 from .targets import resolve
+from .toolchain import cutlass_include_dirs
 from .yamlsrc import ManifestError
 
 
@@ -42,6 +43,8 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("targets", help="resolve gpu_targets (auto: cpu plus the GPUs found)")
     p.add_argument("--requested", required=True)
+    p = sub.add_parser("cutlass-include", help="print the CUTLASS include folders, one per line")
+    p.add_argument("--explicit", default="")
     p = sub.add_parser("list", help="the variants the manifest expands to")
     _selection_args(p)
     p.add_argument("--format", choices=("text", "meson"), default="text")
@@ -59,7 +62,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        if args.command == "targets":
+        if args.command == "cutlass-include":
+            print("\n".join(cutlass_include_dirs(args.explicit)))
+        elif args.command == "targets":
             print(",".join(resolve(args.requested.split(","), _warn)))
         elif args.command == "list":
             result = _expansion(args)

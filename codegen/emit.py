@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import emit_cpu
+from . import emit_cpu, emit_cuda
 from .model import Backend
 
-EMITTERS = {Backend.CPU: emit_cpu}
+EMITTERS = {Backend.CPU: emit_cpu, Backend.CUDA: emit_cuda}
 
 
 def emit_source(config) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .model import (
-    KNOBS_BY_BACKEND, SCHEMA_VERSION, Backend, ConvKernelConfig, ConvLayout, CpuKnobs,
+    KNOBS_BY_BACKEND, SCHEMA_VERSION, Backend, ConvKernelConfig, ConvLayout,
     Direction, DType, GemmKernelConfig, GemmVariant, Layout, Reduction, backend_of, check_target,
 )
 from .yamlsrc import LineDict, LineList, ManifestError, load_yaml
@@ -100,31 +100,48 @@ def _parse_tiles(container, path):
     return tuple((_int_triple(item, line, "tile", path, 3), line) for item, line in items)
 
 
+PAIR_KNOBS = ("micro_tile", "cluster")
+
+
 def _parse_knobs(group, path):
+    """Per-backend knob sub-maps: each key a list, their product a list of knob objects."""
     out = []
-    for backend in KNOBS_BY_BACKEND:
+    for backend, knob_cls in KNOBS_BY_BACKEND.items():
         if backend.key not in group:
             continue
         sub = group[backend.key]
         line = group.line_of(backend.key)
         if not isinstance(sub, LineDict):
             raise _error(f"'{backend.key}' must be a mapping of backend knobs", line, path)
-        if backend is Backend.CPU:
-            for key in sub:
-                if key != "micro_tile":
-                    raise _error(f"unknown cpu knob '{key}' (expected micro_tile)", sub.line_of(key), path)
-            values = []
-            if "micro_tile" in sub:
-                raw = sub["micro_tile"]
-                items = ([(raw, sub.line_of("micro_tile"))]
-                         if isinstance(raw, LineList) and raw and not isinstance(raw[0], list)
-                         else _as_list(sub, "micro_tile", path))
-                for item, item_line in items:
-                    mr, nr = _int_triple(item, item_line, "micro_tile", path, 2)
-                    values.append((CpuKnobs(mr, nr), item_line))
+        for key in sub:
+            if key not in knob_cls.YAML_KEYS:
+                raise _error(f"unknown {backend.key} knob '{key}' (expected {', '.join(knob_cls.YAML_KEYS)})",
+                             sub.line_of(key), path)
+        axes = []
+        for key in knob_cls.YAML_KEYS:
+            if key not in sub:
+                continue
+            raw = sub[key]
+            if key in PAIR_KNOBS:
+                items = ([(raw, sub.line_of(key))] if isinstance(raw, LineList) and raw
+                         and not isinstance(raw[0], list) else _as_list(sub, key, path))
+                axes.append([(key, _int_triple(item, item_line, key, path, 2), item_line)
+                             for item, item_line in items])
             else:
-                values.append((CpuKnobs(), line))
-            out.append((backend, tuple(values)))
+                items = _as_list(sub, key, path)
+                for item, item_line in items:
+                    if not isinstance(item, str):
+                        raise _error(f"'{key}' takes strings, got {item!r}", item_line, path)
+                axes.append([(key, item, item_line) for item, item_line in items])
+        values = []
+        for combo in itertools.product(*axes):
+            try:
+                knobs = knob_cls.from_yaml({key: value for key, value, _ in combo})
+            except ValueError as err:
+                bad_line = max((item_line for _, _, item_line in combo), default=line)
+                raise _error(str(err), bad_line, path) from None
+            values.append((knobs, max((item_line for _, _, item_line in combo), default=line)))
+        out.append((backend, tuple(values)))
     return tuple(out)
 
 
@@ -135,7 +152,7 @@ def _parse_group(op, group, index, path):
     for key in group:
         if key not in allowed:
             hint = ""
-            if key in ("cuda", "hip"):
+            if key == "hip":
                 hint = f" (the {key} backend is not part of this version)"
             raise _error(f"unknown key '{key}' in {op} group{hint}; allowed: {', '.join(allowed)}",
                          group.line_of(key), path)
@@ -200,24 +217,30 @@ def load_manifest(path) -> Manifest:
 
 
 def _group_configs(group: Group, targets, path):
+    """Every variant of the group for the targets being built; the variants of its other
+    targets are checked too (a manifest error is an error on every machine)."""
     for target, target_line in group.targets:
-        if target not in targets:
-            continue
         backend = backend_of(target)
         if not backend.implemented:
-            raise _error(f"target '{target}': the {backend.key} backend is not part of this version",
-                         target_line, path)
+            if target in targets:
+                raise _error(f"target '{target}': the {backend.key} backend is not part of this version",
+                             target_line, path)
+            continue
         names = [name for name, _ in group.axes]
         for combo in itertools.product(*(values for _, values in group.axes),
                                        group.knobs_for(backend)):
             values = {name: v for name, (v, _) in zip(names, combo)}
             lines = {name: line for name, (_, line) in zip(names, combo)}
             knobs, knob_line = combo[-1]
-            problems = knobs.problems(values["tile"])
+            problems = knobs.problems(group.op, values["dtype"], values.get("layout"),
+                                      values.get("variant"), values["tile"], target)
             if problems:
                 line = lines["tile"] if knob_line == group.line else knob_line
-                raise _error(f"{backend.key} backend cannot build tile {list(values['tile'])} with "
-                             f"{knobs.token}: {'; '.join(problems)}", line, path)
+                what = " ".join(str(getattr(v, "key", "")) for k, v in values.items() if k != "tile").split()
+                raise _error(f"{backend.key} backend cannot build {' '.join(what)} tile {list(values['tile'])} "
+                             f"with {knobs.token} for {target}: {'; '.join(problems)}", line, path)
+            if target not in targets:
+                continue
             if group.op == "gemm":
                 variant = values["variant"]
                 reduction = values["reduction"] if variant is GemmVariant.STREAM_K else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 SCHEMA_VERSION = 1
 ABI_VERSION = 1
@@ -186,7 +186,7 @@ class Backend(enum.Enum):
     """Code generators. `implemented` says whether this build can emit for it."""
 
     CPU = ("cpu", ".cpp", "the C++ compiler", True)
-    CUDA = ("cuda", ".cu", "nvcc (CUDA toolkit)", False)
+    CUDA = ("cuda", ".cu", "nvcc (CUDA toolkit)", True)
     HIP = ("hip", ".hip", "hipcc or clang -x hip (ROCm)", False)
 
     def __init__(self, key, suffix, compiler, implemented):
@@ -250,8 +250,15 @@ class CpuKnobs:
             raise ValueError(f"bad cpu knob token '{token}'")
         return cls(int(match.group(1)), int(match.group(2)))
 
-    def problems(self, tile: tuple[int, int, int]) -> list[str]:
-        """Why the cpu backend cannot build this tile with these knobs (empty: it can)."""
+    YAML_KEYS = ("micro_tile",)
+
+    @classmethod
+    def from_yaml(cls, values: dict) -> "CpuKnobs":
+        micro = values.get("micro_tile", (cls.micro_m, cls.micro_n))
+        return cls(*micro)
+
+    def problems(self, op: str, dtype: "DType", layout, variant, tile, target) -> list[str]:
+        """Why the cpu backend cannot build this variant (empty: it can)."""
         tm, tn, tk = tile
         out = []
         if not 1 <= self.micro_m <= 16:
@@ -272,7 +279,90 @@ class CpuKnobs:
         return out
 
 
-KNOBS_BY_BACKEND = {Backend.CPU: CpuKnobs}
+# --------------------------------------------------------------------------- cuda knobs
+
+@dataclass(frozen=True)
+class CudaKnobs:
+    """cuda backend knobs (CUTLASS sm90): cluster shape, kernel schedule, epilogue
+    schedule, and whether misaligned operands are staged through aligned copies."""
+
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"  # cooperative | pingpong
+    epilogue: str = "tma"          # tma | nosmem
+    pad: bool = False              # misaligned: reject (False) | pad (True)
+
+    SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
+    EPILOGUES = ("tma", "nosmem")
+    YAML_KEYS = ("cluster", "schedule", "epilogue", "misaligned")
+
+    def __post_init__(self):
+        if self.schedule not in self.SCHEDULES:
+            raise ValueError(f"unknown schedule '{self.schedule}' (expected cooperative or pingpong)")
+        if self.epilogue not in self.EPILOGUES:
+            raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
+
+    @classmethod
+    def from_yaml(cls, values: dict) -> "CudaKnobs":
+        cluster = values.get("cluster", (1, 1))
+        misaligned = values.get("misaligned", "reject")
+        if misaligned not in ("reject", "pad"):
+            raise ValueError(f"unknown misaligned '{misaligned}' (expected reject or pad)")
+        return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
+                   values.get("epilogue", "tma"), misaligned == "pad")
+
+    @property
+    def token(self) -> str:
+        parts = [f"c{self.cluster_m}x{self.cluster_n}", self.SCHEDULES[self.schedule]]
+        if self.epilogue != "tma":
+            parts.append(self.epilogue)
+        if self.pad:
+            parts.append("pad")
+        return "_".join(parts)
+
+    @classmethod
+    def from_token(cls, token: str) -> "CudaKnobs":
+        match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?", token)
+        if not match:
+            raise ValueError(f"bad cuda knob token '{token}'")
+        schedule = {v: k for k, v in cls.SCHEDULES.items()}[match.group(3)]
+        return cls(int(match.group(1)), int(match.group(2)), schedule,
+                   "nosmem" if match.group(4) else "tma", bool(match.group(5)))
+
+    def problems(self, op: str, dtype: "DType", layout, variant, tile, target) -> list[str]:
+        """The sm90 CUTLASS rules: why this variant cannot be built (empty: it can)."""
+        out = []
+        tm, tn, tk = tile
+        if target != "sm_90a":
+            out.append(f"the cuda backend builds CUTLASS sm90 kernels for sm_90a only, not {target}")
+        if op != "gemm":
+            out.append("convolution on the cuda backend is not part of this version")
+            return out
+        if dtype is DType.FP32:
+            out.append("fp32 inputs are not built on the cuda backend (use fp16, bf16 or fp8)")
+        if dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and layout is not Layout.RCR:
+            out.append("fp8 wgmma needs K-major A and B: layout rcr only")
+        if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
+            out.append(f"cluster {self.cluster_m}x{self.cluster_n}: each side must be 1 or 2")
+        if variant is GemmVariant.STREAM_K and self.schedule != "cooperative":
+            out.append("CUTLASS runs stream-K only with the cooperative schedule")
+        if self.schedule == "cooperative" and tm not in (128, 256):
+            out.append(f"the cooperative schedule needs tile M 128 or 256, not {tm}")
+        if self.schedule == "pingpong" and tm != 64 and tm * tn > 128 * 128:
+            out.append(f"ping-pong tile {tm}x{tn} holds too many accumulators per warp group")
+        if self.schedule == "pingpong" and tm not in (64, 128):
+            out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")
+        if tn % 16 or not 16 <= tn <= 256:
+            out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
+        want_k = 128 if dtype.nbytes == 1 else 64
+        if tk != want_k:
+            out.append(f"tile K must be {want_k} for {dtype.key} (128-byte rows of shared memory)")
+        if (tm + tn) * tk * dtype.nbytes > 96 * 1024:
+            out.append(f"tile {tm}x{tn}x{tk} needs more than 96 KiB of shared memory per stage")
+        return out
+
+
+KNOBS_BY_BACKEND = {Backend.CPU: CpuKnobs, Backend.CUDA: CudaKnobs}
 
 
 def _tile_token(tile) -> str:
@@ -303,12 +393,14 @@ class GemmKernelConfig:
     variant: GemmVariant = GemmVariant.STANDARD
     reduction: Reduction | None = None
     tile: tuple[int, int, int] = (128, 128, 256)
-    knobs: CpuKnobs = field(default_factory=CpuKnobs)
+    knobs: object = None  # CpuKnobs / CudaKnobs; None: the backend's defaults
     target: str = "cpu"
 
     op = "gemm"
 
     def __post_init__(self):
+        if self.knobs is None:
+            object.__setattr__(self, "knobs", KNOBS_BY_BACKEND[backend_of(self.target)]())
         _coerce(self, "dtype", DType.parse)
         _coerce(self, "layout", Layout.parse)
         _coerce(self, "variant", GemmVariant.parse)
@@ -366,8 +458,15 @@ class GemmKernelConfig:
             "backend": self.backend.key, "dtype": self.dtype.key, "out_dtype": self.dtype.out.key,
             "layout": self.layout.key, "variant": self.variant.key,
             "reduction": self.reduction.key if self.reduction else None,
-            "tile": list(self.tile), "knobs": {"micro_tile": [self.knobs.micro_m, self.knobs.micro_n]},
+            "tile": list(self.tile), "knobs": knobs_dict(self.knobs),
         }
+
+
+def knobs_dict(knobs) -> dict:
+    if isinstance(knobs, CpuKnobs):
+        return {"micro_tile": [knobs.micro_m, knobs.micro_n]}
+    return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,
+            "epilogue": knobs.epilogue, "misaligned": "pad" if knobs.pad else "reject"}
 
 
 @dataclass(frozen=True)
@@ -378,12 +477,16 @@ class ConvKernelConfig:
     layout: ConvLayout = ConvLayout.NHWGC
     dtype: DType = DType.FP32
     tile: tuple[int, int, int] = (64, 64, 64)
-    knobs: CpuKnobs = field(default_factory=lambda: CpuKnobs(4, 16))
+    knobs: object = None  # None: the backend's defaults (cpu: micro tile 4 x 16)
     target: str = "cpu"
 
     op = "conv"
 
     def __post_init__(self):
+        if self.knobs is None:
+            backend = backend_of(self.target)
+            object.__setattr__(self, "knobs", CpuKnobs(4, 16) if backend is Backend.CPU
+                               else KNOBS_BY_BACKEND[backend]())
         _coerce(self, "direction", Direction.parse)
         _coerce(self, "layout", ConvLayout.parse)
         _coerce(self, "dtype", DType.parse)
@@ -430,7 +533,7 @@ class ConvKernelConfig:
             "layout": {"input": self.layout.input_layout, "weight": self.layout.weight_layout,
                        "output": self.layout.output_layout},
             "dtype": self.dtype.key, "out_dtype": self.dtype.out.key, "tile": list(self.tile),
-            "knobs": {"micro_tile": [self.knobs.micro_m, self.knobs.micro_n]},
+            "knobs": knobs_dict(self.knobs),
         }
 
 

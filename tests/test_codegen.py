@@ -55,6 +55,16 @@ def test_names_are_unique_canonical_and_round_trip():
         assert config_from_name(config.name) == config
 
 
+def test_cuda_names_follow_the_design_example():
+    from codegen.model import CudaKnobs
+    g = GemmKernelConfig("bf16", "rcr", "stream_k", "atomic", (128, 256, 64), CudaKnobs(2, 1), "sm_90a")
+    assert g.name == "gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a"
+    p = GemmKernelConfig("fp16", "rcr", "standard", None, (64, 128, 64),
+                         CudaKnobs(1, 1, "pingpong", "nosmem", True), "sm_90a")
+    assert p.name == "gemm_fp16_rcr_standard_64x128x64_c1x1_pp_nosmem_pad_sm90a"
+    assert config_from_name(p.name) == p
+
+
 def test_name_format_is_exact():
     g = GemmKernelConfig("bf16", "rcr", "stream_k", "atomic", (128, 256, 64), target="cpu")
     assert g.name == "gemm_bf16_rcr_streamk_atomic_128x256x64_r6x16_cpu"
@@ -82,7 +92,22 @@ def test_filter_globs_select_by_name():
     names = [c.name for c in only.configs]
     assert names and all(n.startswith(("gemm_bf16_", "conv_fwd_nwgc_")) for n in names)
     assert len(names) + only.filtered_out == 57
-    assert expand(manifest, ["sm_90a"]).configs == ()  # groups for other targets are skipped
+    assert all(c.target == "sm_90a" for c in expand(manifest, ["sm_90a"]).configs)
+
+
+def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
+    configs = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
+    assert len(configs) == 19
+    assert {c.dtype for c in configs} == set(DType) - {DType.FP32}
+    assert {c.layout for c in configs} == set(Layout)
+    assert {(c.variant, c.reduction) for c in configs} == {
+        (GemmVariant.STANDARD, None), (GemmVariant.STREAM_K, Reduction.ATOMIC),
+        (GemmVariant.STREAM_K, Reduction.DETERMINISTIC)}
+    assert {c.knobs.schedule for c in configs} == {"cooperative", "pingpong"}
+    assert any(c.knobs.pad for c in configs)
+    for c in configs:
+        assert config_from_name(c.name) == c
+        assert c.name.endswith("_sm90a")
 
 
 GOOD_GROUP = """\
@@ -107,13 +132,21 @@ def parse(text):
      "unknown target 'sm_99'"),
     (GOOD_GROUP.replace("tile: [48, 64, 128]", "tile: [48, 64, big]"), 5, "'tile' items must be lists of 3 integers"),
     (GOOD_GROUP.replace("tile: [48, 64, 128]", "tile: [50, 64, 128]"), 5,
-     "cpu backend cannot build tile [50, 64, 128] with r6x16: tile M 50 is not a multiple of the micro tile rows 6"),
+     "cpu backend cannot build fp32 rcr standard tile [50, 64, 128] with r6x16 for cpu: "
+     "tile M 50 is not a multiple of the micro tile rows 6"),
     (GOOD_GROUP.replace("layout: [rcr]", "layout: {a: row}"), 4, "'layout' takes strings"),
     (GOOD_GROUP + "    reduction: atomic\n", 7, "'reduction' applies only to variant stream_k"),
     (GOOD_GROUP + "    variant: stream_k\n", 7, "variant stream_k needs 'reduction'"),
     (GOOD_GROUP.replace("    tile: [48, 64, 128]\n", ""), 3, "missing key 'tile'"),
     (GOOD_GROUP + "    cpu: {micro_tile: [7, 16]}\n", 7, "tile M 48 is not a multiple of the micro tile rows 7"),
-    (GOOD_GROUP + "    cuda: {cluster: [2, 1]}\n", 7, "the cuda backend is not part of this version"),
+    (GOOD_GROUP + "    hip: {waves: [2, 2]}\n", 7, "the hip backend is not part of this version"),
+    (GOOD_GROUP.replace("[cpu]", "[sm_90a]") + "    cuda: {cluster: [2, 1]}\n", 7,
+     "fp32 inputs are not built on the cuda backend"),
+    (GOOD_GROUP.replace("[fp32]", "[bf16]").replace("[cpu]", "[sm_90a]").replace("48, 64, 128", "64, 128, 64")
+     + "    variant: stream_k\n    reduction: atomic\n    cuda:\n      schedule: pingpong\n", 10,
+     "CUTLASS runs stream-K only with the cooperative schedule"),
+    (GOOD_GROUP.replace("[cpu]", "[sm_90a]") + "    cuda: {schedule: [cooperative, zigzag]}\n", 7,
+     "unknown schedule 'zigzag'"),
     (GOOD_GROUP.replace("schema_version: 1", "schema_version: 2"), 1, "schema_version must be 1"),
     (GOOD_GROUP + "  - dtype: [fp32\n", 8, "invalid YAML"),
     (GOOD_GROUP + "conv:\n  - direction: sideways\n    layout: NHWGC\n    dtype: fp32\n"
@@ -159,6 +192,7 @@ def test_an_empty_selection_is_an_error_not_an_empty_library(tmp_path):
 @pytest.mark.parametrize("name", [
     "gemm_bf16_rcr_streamk_deterministic_96x128x256_r6x16_cpu",
     "conv_bwddata_nhwgc_fp16_64x64x64_r4x16_cpu",
+    "gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a",
 ])
 def test_emitted_sources_match_golden_files(name):
     text = emit_source(config_from_name(name))

@@ -220,7 +220,7 @@ def test_malformed_conv_problems_are_minus_1(field, value, message):
 
 
 def test_array_too_small_for_the_problem_is_refused_before_the_call():
-    with pytest.raises(td.InvalidArgumentError, match="A holds 16 elements, the problem needs 32"):
+    with pytest.raises(td.InvalidArgumentError, match="A spans 16 elements, the problem needs 32"):
         GEMM.run(td.GemmProblem(4, 4, 8), np.zeros(16, np.float32), np.zeros(32, np.float32),
                  np.zeros(16, np.float32))
 

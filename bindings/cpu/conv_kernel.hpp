@@ -12,6 +12,7 @@
 #include "blocked_gemm.hpp"
 #include "dtypes.hpp"
 #include "tiledispatch/conv_geometry.hpp"
+#include "dispatcher.hpp"
 #include "tiledispatch/kernel.hpp"
 
 namespace td::cpu {
@@ -189,7 +190,9 @@ struct ConvKernelImpl {
         }
         const auto sk = Eng::plan(ops, workers(p));
         const size_t need = Eng::workspace_bytes(sk, false);
-        if (ws && ws_bytes < need) return TD_REJECTED;
+        if (ws && ws_bytes < need)
+            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
+                                         std::to_string(need));
         if (ws) {
             Eng::run_stream_k(ops, sk, false, ws);
         } else {
@@ -200,7 +203,7 @@ struct ConvKernelImpl {
     }
 
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, streamk ? 1 : -1, TM, TN, TK, MR, NR},
+        return ConvKernel{{name, DType, Ndim, Direction, streamk ? 1 : -1, TM, TN, TK, MR, NR, 0, 0},
                           &supports, &workspace_size, &run};
     }
 };

@@ -8,6 +8,7 @@
 
 #include "blocked_gemm.hpp"
 #include "dtypes.hpp"
+#include "dispatcher.hpp"
 #include "tiledispatch/kernel.hpp"
 
 namespace td::cpu {
@@ -132,7 +133,9 @@ struct GemmKernelImpl {
         }
         const auto sk = Eng::plan(ops, workers(p));
         const size_t need = Eng::workspace_bytes(sk, Reduction == 0);
-        if (ws && ws_bytes < need) return TD_REJECTED;
+        if (ws && ws_bytes < need)
+            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
+                                         std::to_string(need));
         if (ws) {
             Eng::run_stream_k(ops, sk, Reduction == 0, ws);
         } else {
@@ -144,7 +147,7 @@ struct GemmKernelImpl {
 
     static constexpr GemmKernel entry(const char* name) {
         return GemmKernel{{name, DType, LayoutCode, Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN,
-                           TK, MR, NR},
+                           TK, MR, NR, 0, 0},
                           &supports, &workspace_size, &run};
     }
 };

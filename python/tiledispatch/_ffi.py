@@ -49,6 +49,7 @@ _GEMM = {
     "dispatcher_select_kernel": ([c_i64, c_i64, c_i64, c_char_p, c_int], c_int),
     "dispatcher_run_gemm": ([c_void_p, c_void_p, c_void_p, c_i64, c_i64, c_i64, _P(c_float)], c_int),
     "dispatcher_get_kernel_count": ([], c_int),
+    "td_legacy_dtype": ([], c_int),
     "dispatcher_export_registry_json": ([], c_char_p),
     "dispatcher_cleanup": ([], None),
     "td_gemm_is_supported": ([_P(TdGemmProblem), c_char_p], c_int),
@@ -56,6 +57,7 @@ _GEMM = {
     "td_gemm_workspace_size": ([_P(TdGemmProblem), c_char_p, _P(c_size_t)], c_int),
     "td_gemm_run": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
                      c_void_p, _P(c_float)], c_int),
+    "td_gemm_run_host": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, _P(c_float)], c_int),
 }
 _CONV = {
     "conv_dispatcher_init": ([], c_int),
@@ -70,6 +72,7 @@ _CONV = {
     "td_conv_workspace_size": ([_P(TdConvProblem), c_char_p, _P(c_size_t)], c_int),
     "td_conv_run": ([_P(TdConvProblem), c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
                      c_void_p, _P(c_float)], c_int),
+    "td_conv_run_host": ([_P(TdConvProblem), c_char_p, c_void_p, c_void_p, c_void_p, _P(c_float)], c_int),
 }
 SIGNATURES = {"gemm": {**_COMMON, **_GEMM}, "conv": {**_COMMON, **_CONV}}
 NAME_BUFFER = 256

@@ -4,9 +4,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from importlib import resources
 
 from .codegen import ABI_VERSION, SCHEMA_VERSION, config_from_name
+from ._cuda import device_targets
 from .errors import TileDispatchError
 
 KERNELS_DIR = "_kernels"
@@ -50,20 +52,27 @@ class Registry:
                 if (op is None or c.op == op) and (target is None or c.target == target)]
 
     def default_target(self, op: str) -> str:
-        """TILEDISPATCH_TARGET if set, else a GPU target with a library, else cpu."""
+        """TILEDISPATCH_TARGET if set, else the library of a GPU this process sees, else cpu.
+        A GPU without a library here is reported once (warning), not silently ignored."""
         wanted = os.environ.get("TILEDISPATCH_TARGET")
         if wanted:
             return wanted
         have = [lib["target"] for lib in self.libraries if lib["op"] == op]
         if not have:
             raise TileDispatchError(f"this installation has no {op} library at all")
-        gpu = [t for t in have if t != "cpu" and _device_present(t)]
-        return gpu[0] if gpu else ("cpu" if "cpu" in have else have[0])
+        gpus = device_targets()
+        for gpu in gpus:
+            if gpu in have:
+                return gpu
+        if gpus and (op, gpus) not in _warned:
+            _warned.add((op, gpus))
+            warnings.warn(f"found a {', '.join(gpus)} GPU, but this installation has no {op} library for it "
+                          f"(it has: {', '.join(have)}); running on {'cpu' if 'cpu' in have else have[0]}. "
+                          f"Rebuild with -Dgpu_targets=cpu,{gpus[0]}", RuntimeWarning, stacklevel=3)
+        return "cpu" if "cpu" in have else have[0]
 
 
-def _device_present(target: str) -> bool:
-    """Whether a device for a GPU target is visible (GPU backends fill this in)."""
-    return False
+_warned: set = set()
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from ._registry import registry
-from .arrays import dtype_of, matrix_order, numpy_dtype
+from .arrays import DeviceArray, dtype_of, is_device_array, matrix_order, numpy_dtype
 from .codegen import Direction, Layout
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
@@ -28,8 +28,51 @@ def _as_order(matrix: np.ndarray, order: str) -> tuple[np.ndarray, int]:
     return converted, matrix_order(converted)[1]
 
 
+def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
+    """td.gemm on CUDA arrays: no copy, the caller's current stream, an output of the
+    caller's kind."""
+    da, db = DeviceArray(a), DeviceArray(b)
+    if len(da.shape) != 2 or len(db.shape) != 2 or da.shape[1] != db.shape[0]:
+        raise InvalidArgumentError(f"gemm takes (M, K) and (K, N) matrices, got {da.shape} and {db.shape}")
+    if da.dtype is not db.dtype:
+        raise TypeError(f"A and B must share an element type, got {da.dtype.key} and {db.dtype.key}")
+    dtype = da.dtype
+    (M, K), N = da.shape, db.shape[1]
+    d = dispatcher("gemm", target or _device_target())
+    oa, ob = da.matrix_order(), db.matrix_order()
+    if oa is None or ob is None:
+        raise InvalidArgumentError("A and B must each have a unit stride along one dimension "
+                                   "(call .contiguous() first)")
+    lay = Layout.parse(oa[0] + ob[0] + "r")
+    if layout is not None and (Layout.parse(layout) if isinstance(layout, str) else layout) is not lay:
+        raise InvalidArgumentError(f"the arrays are laid out as {lay.key}, not {layout}: transpose or copy them")
+    if out is None:
+        out = da.empty((M, N), dtype.out)
+    dc = DeviceArray(out)
+    if dc.shape != (M, N) or dc.dtype is not dtype.out:
+        raise InvalidArgumentError(f"out must be a ({M}, {N}) {dtype.out.key} array")
+    oc = dc.matrix_order()
+    if oc is None or oc[0] != "r":
+        raise InvalidArgumentError("out must be row-major with unit column stride")
+    problem = GemmProblem(M, N, K, dtype, lay, oa[1], ob[1], oc[1], alpha)
+    d.run(problem, da.ptr, db.ptr, dc.ptr, kernel=kernel, stream=da.stream(), timed=False)
+    return out
+
+
+def _device_target() -> str:
+    target = registry().default_target("gemm")
+    if target == "cpu":
+        raise UnsupportedProblemError("the arrays are on a GPU, but this installation has no GEMM "
+                                      "library for it (rebuild with -Dgpu_targets=cpu,sm_90a)")
+    return target
+
+
 def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target=None):
     """C = alpha * A @ B through the dispatcher.
+
+    On CUDA arrays (torch, cupy, numba) the kernel runs on the caller's current stream
+    with no copy and returns an array of the caller's kind; numpy arrays take the host
+    path (copied to the GPU and back on a GPU target).
 
     a (M x K) and b (K x N) share one element type: float32, float16, ml_dtypes.bfloat16,
     float8_e4m3fn or float8_e5m2 (output: float32, float16, else bfloat16). Row- or
@@ -37,6 +80,8 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     ('rcr', 'rrr', 'crr', 'ccr') forces one, copying what does not match. `out`, when
     given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
     """
+    if is_device_array(a) or is_device_array(b):
+        return _gemm_device(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or b.ndim != 2:
         raise InvalidArgumentError(f"gemm takes two matrices, got shapes {a.shape} and {b.shape}")
@@ -80,14 +125,9 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
             last_error = UnsupportedProblemError(
                 f"no {dtype.key} {lay.key} gemm kernel for target {d.target} supports {M}x{N}x{K}")
             continue
-        d.run(problem, _base(a_use), _base(b_use), _base(out), kernel=kernel)
+        d.run(problem, a_use, b_use, out, kernel=kernel)
         return out
     raise last_error
-
-
-def _base(array: np.ndarray) -> int:
-    """The address of element [0, 0] (views keep their offset)."""
-    return array.__array_interface__["data"][0]
 
 
 def _check_channels_last(name: str, array: np.ndarray, shape: tuple) -> np.ndarray:

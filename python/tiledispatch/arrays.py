@@ -43,3 +43,101 @@ def pointer(array) -> int:
 def random(shape, dtype: DType, rng: np.random.Generator, low=-1.0, high=1.0) -> np.ndarray:
     """Uniform random values, quantized to dtype."""
     return rng.uniform(low, high, size=shape).astype(np.float32).astype(numpy_dtype(dtype))
+
+
+# ---- device arrays (torch, cupy, numba): none of them a dependency -------------------------
+
+_TORCH_DTYPES = {"torch.float32": DType.FP32, "torch.float16": DType.FP16, "torch.bfloat16": DType.BF16,
+                 "torch.float8_e4m3fn": DType.FP8_E4M3, "torch.float8_e5m2": DType.FP8_E5M2}
+_TYPESTR = {"<f4": DType.FP32, "<f2": DType.FP16}
+
+
+class DeviceArray:
+    """A CUDA array of torch, cupy or numba seen through one interface: address, shape,
+    strides in elements, element type, the caller's current stream, and a way to make an
+    output of the same kind."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        if is_torch(obj):
+            self.kind = "torch"
+            self.ptr = obj.data_ptr()
+            self.shape = tuple(obj.shape)
+            self.strides = tuple(obj.stride())
+            name = str(obj.dtype)
+            if name not in _TORCH_DTYPES:
+                raise TypeError(f"unsupported element type {name}")
+            self.dtype = _TORCH_DTYPES[name]
+        else:
+            cai = obj.__cuda_array_interface__
+            self.kind = type(obj).__module__.split(".")[0]
+            self.ptr = cai["data"][0]
+            self.shape = tuple(cai["shape"])
+            if cai["typestr"] not in _TYPESTR:
+                raise TypeError(f"unsupported element type {cai['typestr']} (through __cuda_array_interface__; "
+                                "pass torch tensors for bf16 and fp8)")
+            self.dtype = _TYPESTR[cai["typestr"]]
+            item = self.dtype.nbytes
+            strides = cai.get("strides")
+            if strides is None:  # C-contiguous
+                strides, acc = [], 1
+                for size in reversed(self.shape):
+                    strides.insert(0, acc)
+                    acc *= size
+                self.strides = tuple(strides)
+            else:
+                self.strides = tuple(s // item for s in strides)
+
+    def stream(self) -> int:
+        """The caller's current stream on this array's device (0: the legacy default)."""
+        if self.kind == "torch":
+            import torch  # already imported by the caller
+            return torch.cuda.current_stream(self.obj.device).cuda_stream
+        if self.kind == "cupy":
+            import cupy
+            return cupy.cuda.get_current_stream().ptr
+        if self.kind == "numba":
+            return 0
+        return 0
+
+    def empty(self, shape, dtype: DType):
+        """A new C-contiguous array of the caller's kind on the same device."""
+        if self.kind == "torch":
+            import torch
+            torch_dtype = {v: k for k, v in _TORCH_DTYPES.items()}[dtype].split(".")[1]
+            return torch.empty(shape, dtype=getattr(torch, torch_dtype), device=self.obj.device)
+        if self.kind == "cupy":
+            import cupy
+            if dtype not in (DType.FP32, DType.FP16):
+                raise TypeError(f"cupy has no {dtype.key} arrays: pass out=")
+            return cupy.empty(shape, dtype=dtype.numpy_name)
+        if self.kind == "numba":
+            from numba import cuda
+            if dtype not in (DType.FP32, DType.FP16):
+                raise TypeError(f"numba has no {dtype.key} arrays: pass out=")
+            return cuda.device_array(shape, dtype=dtype.numpy_name)
+        raise TypeError(f"cannot allocate an output like a {type(self.obj).__name__}: pass out=")
+
+    def matrix_order(self):
+        """('r', ld), ('c', ld) or None, as matrix_order() for host arrays."""
+        if len(self.shape) != 2:
+            raise ValueError(f"expected a matrix, got shape {self.shape}")
+        rows, cols = self.shape
+        s0, s1 = self.strides
+        if (s1 == 1 or cols == 1) and s0 >= max(cols, 1) and s0 > 0:
+            return "r", s0
+        if (s0 == 1 or rows == 1) and s1 >= max(rows, 1) and s1 > 0:
+            return "c", s1
+        return None
+
+
+def is_torch(obj) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def is_device_array(obj) -> bool:
+    """True for CUDA tensors/arrays of torch, cupy, numba (or anything with
+    __cuda_array_interface__)."""
+    if is_torch(obj):
+        return bool(getattr(obj, "is_cuda", False))
+    return hasattr(obj, "__cuda_array_interface__")

@@ -7,11 +7,18 @@ import numpy as np
 
 from . import _ffi
 from ._registry import registry
-from .arrays import pointer
+from .arrays import DeviceArray, is_device_array, pointer
 from .errors import InvalidArgumentError
 from .problems import ConvProblem, GemmProblem
 
 PROBLEM_TYPE = {"gemm": GemmProblem, "conv": ConvProblem}
+
+
+def _span(array: np.ndarray) -> int:
+    """Elements from an array's first element to its last, strides included."""
+    if array.size == 0:
+        return 0
+    return 1 + sum((n - 1) * (st // array.itemsize) for n, st in zip(array.shape, array.strides))
 
 
 def _address(value, what: str) -> int | None:
@@ -19,8 +26,8 @@ def _address(value, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, np.ndarray):
-        if not (value.flags.c_contiguous or value.flags.f_contiguous):
-            raise InvalidArgumentError(f"{what} must be a contiguous array (or pass an address)")
+        if any(st < 0 for st in value.strides):
+            raise InvalidArgumentError(f"{what} has a negative stride (copy it first)")
         return pointer(value)
     if isinstance(value, int):
         return value
@@ -81,26 +88,55 @@ class Dispatcher:
         self.lib.check(fn(self._problem(problem), self._kernel(kernel), ctypes.byref(size)))
         return size.value
 
+    @property
+    def on_host(self) -> bool:
+        """True when the kernels read host memory (the cpu target)."""
+        return self.target == "cpu"
+
     def run(self, problem, a, b, c, *, kernel=None, workspace=None, workspace_bytes=None,
-            stream=None) -> float:
-        """Runs one problem; returns the kernel time in ms.
+            stream=None, timed: bool = True) -> float:
+        """Runs one problem; returns the kernel time in ms (0.0 with timed=False, which
+        does not wait for a GPU kernel to finish).
 
         gemm: (A, B, C); conv: (input, weight, output) by role: fwd writes output,
-        bwd_data writes input, bwd_weight writes weight. Arrays or integer addresses.
+        bwd_data writes input, bwd_weight writes weight. numpy arrays (on a GPU target:
+        copied to the device and back), CUDA arrays of torch/cupy/numba, or integer
+        addresses (device memory on a GPU target). stream: a CUDA stream handle (int);
+        None takes the current stream of a torch/cupy argument, else the default stream.
         """
         names = ("A", "B", "C") if self.op == "gemm" else ("input", "weight", "output")
         c_problem = self._problem(problem)
-        for value, name, need in zip((a, b, c), names, problem.required_elements()):
-            if isinstance(value, np.ndarray) and value.size < need:
-                raise InvalidArgumentError(f"{name} holds {value.size} elements, the problem needs {need}")
-        ptrs = [_address(v, n) for v, n in zip((a, b, c), names)]
+        values = (a, b, c)
+        for value, name, need in zip(values, names, problem.required_elements()):
+            if isinstance(value, np.ndarray) and _span(value) < need:
+                raise InvalidArgumentError(f"{name} spans {_span(value)} elements, the problem needs {need}")
+        hosted = [isinstance(v, np.ndarray) for v in values]
+        time_ms = ctypes.c_float(0.0)
+        time_ref = ctypes.byref(time_ms) if timed else None
+        if any(hosted) and not self.on_host:
+            if not all(hosted):
+                raise InvalidArgumentError("mixing host (numpy) and device arrays in one call")
+            fn = self.lib.td_gemm_run_host if self.op == "gemm" else self.lib.td_conv_run_host
+            self.lib.check(fn(c_problem, self._kernel(kernel), *(_address(v, n) for v, n in zip(values, names)),
+                              time_ref))
+            return time_ms.value
+        ptrs = []
+        for value, name in zip(values, names):
+            if is_device_array(value):
+                if self.on_host:
+                    raise InvalidArgumentError(f"{name} is a CUDA array but target {self.target} runs on the host")
+                array = DeviceArray(value)
+                if stream is None:
+                    stream = array.stream()
+                ptrs.append(array.ptr)
+            else:
+                ptrs.append(_address(value, name))
         ws_ptr = _address(workspace, "workspace")
         if workspace_bytes is None:
             workspace_bytes = workspace.nbytes if isinstance(workspace, np.ndarray) else 0
         fn = self.lib.td_gemm_run if self.op == "gemm" else self.lib.td_conv_run
-        time_ms = ctypes.c_float(0.0)
         self.lib.check(fn(c_problem, self._kernel(kernel), *ptrs, ws_ptr, workspace_bytes,
-                          stream, ctypes.byref(time_ms)))
+                          stream, time_ref))
         return time_ms.value
 
     def export_registry_json(self) -> str:

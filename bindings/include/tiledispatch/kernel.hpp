@@ -18,7 +18,9 @@ struct KernelInfo {
     int variant;    // gemm: 0 standard, 1 stream-K; conv: enum td_conv_direction
     int reduction;  // stream-K: 0 atomic, 1 deterministic; otherwise -1
     int tile_m, tile_n, tile_k;
-    int micro_m, micro_n;
+    int micro_m, micro_n;  // cpu: register micro tile; cuda: cluster shape
+    int schedule;          // cuda: 0 cooperative, 1 ping-pong; cpu: 0
+    int pad;               // 1: stages misaligned operands through aligned copies
 };
 
 // supports(): TD_OK, or TD_UNSUPPORTED with the reason in *why.

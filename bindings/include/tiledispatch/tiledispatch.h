@@ -77,7 +77,10 @@ TD_API const char* td_library_target(void);
 TD_API const char* td_library_op(void);
 TD_API const char* td_last_error(void);
 
-/* ---- GEMM: the reference system's functions (fp32, layout rcr, packed, host pointers) ---- */
+/* ---- GEMM: the reference system's functions (layout rcr, packed, host pointers; the
+ * element type is td_legacy_dtype(): fp32 where the library has fp32 kernels, else bf16,
+ * else fp16) ---- */
+TD_API int td_legacy_dtype(void);
 TD_API int dispatcher_init(void);
 TD_API int dispatcher_is_supported(int64_t M, int64_t N, int64_t K); /* 1 yes, 0 no, <0 error */
 TD_API int dispatcher_select_kernel(int64_t M, int64_t N, int64_t K, char* name, int size);
@@ -96,6 +99,10 @@ TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, si
 TD_API int td_gemm_run(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
                        void* C, void* workspace, size_t workspace_bytes, void* stream,
                        float* time_ms);
+
+/* Host pointers: copied to the device, run, C copied back (on cpu: td_gemm_run). */
+TD_API int td_gemm_run_host(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
+                            void* C, float* time_ms);
 
 /* ---- conv: the reference system's functions (fp32; 3D when input_d or filter_z > 1) ---- */
 TD_API int conv_dispatcher_init(void);
@@ -116,6 +123,9 @@ TD_API int td_conv_workspace_size(const TdConvProblem* p, const char* kernel, si
 TD_API int td_conv_run(const TdConvProblem* p, const char* kernel, const void* input,
                        const void* weight, void* output, void* workspace,
                        size_t workspace_bytes, void* stream, float* time_ms);
+
+TD_API int td_conv_run_host(const TdConvProblem* p, const char* kernel, const void* input,
+                            const void* weight, void* output, float* time_ms);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,103 @@
+// The cuda backend's runtime: the CUDA runtime API on the caller's current device.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "dispatcher.hpp"
+#include "tiledispatch/device.hpp"
+
+namespace td::device {
+
+static int cuda_fail(cudaError_t err, const char* what) {
+    cudaGetLastError();  // clear a sticky-free error so the next call starts clean
+    return fail(TD_ERROR, std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+#define TD_CUDA(call, what)                                  \
+    do {                                                     \
+        cudaError_t err_ = (call);                           \
+        if (err_ != cudaSuccess) return cuda_fail(err_, what); \
+    } while (0)
+
+bool host_is_device() { return false; }
+
+int allocate(void** ptr, size_t bytes) {
+    TD_CUDA(cudaMalloc(ptr, bytes ? bytes : 1), "cudaMalloc");
+    return TD_OK;
+}
+
+void release(void* ptr) {
+    if (ptr) cudaFree(ptr);
+}
+
+int copy_to_device(void* dst, const void* src, size_t bytes, void* stream) {
+    TD_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream), "copy to device");
+    return TD_OK;
+}
+
+int copy_to_host(void* dst, const void* src, size_t bytes, void* stream) {
+    TD_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream), "copy to host");
+    TD_CUDA(cudaStreamSynchronize((cudaStream_t)stream), "synchronize after copy to host");
+    return TD_OK;
+}
+
+int synchronize(void* stream) {
+    TD_CUDA(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+    return TD_OK;
+}
+
+int multiprocessors() {
+    static std::mutex lock;
+    static std::map<int, int> by_device;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return 1;
+    std::lock_guard<std::mutex> guard(lock);
+    auto it = by_device.find(device);
+    if (it != by_device.end()) return it->second;
+    int count = 1;
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    by_device[device] = count;
+    return count;
+}
+
+int scratch(size_t bytes, void* stream, void** ptr) {
+    static std::mutex lock;
+    static std::map<std::pair<int, void*>, std::pair<void*, size_t>> buffers;
+    int device = 0;
+    TD_CUDA(cudaGetDevice(&device), "cudaGetDevice");
+    std::lock_guard<std::mutex> guard(lock);
+    auto& entry = buffers[{device, stream}];
+    if (entry.second < bytes) {
+        if (entry.first) TD_CUDA(cudaFreeAsync(entry.first, (cudaStream_t)stream), "cudaFreeAsync");
+        entry = {nullptr, 0};
+        const size_t grown = bytes + bytes / 4;
+        TD_CUDA(cudaMallocAsync(&entry.first, grown, (cudaStream_t)stream), "cudaMallocAsync (workspace)");
+        entry.second = grown;
+    }
+    *ptr = entry.first;
+    return TD_OK;
+}
+
+int Timer::start(void* stream) {
+    TD_CUDA(cudaEventCreate((cudaEvent_t*)&begin_), "cudaEventCreate");
+    TD_CUDA(cudaEventCreate((cudaEvent_t*)&end_), "cudaEventCreate");
+    TD_CUDA(cudaEventRecord((cudaEvent_t)begin_, (cudaStream_t)stream), "cudaEventRecord");
+    return TD_OK;
+}
+
+int Timer::stop(void* stream, float* ms) {
+    TD_CUDA(cudaEventRecord((cudaEvent_t)end_, (cudaStream_t)stream), "cudaEventRecord");
+    TD_CUDA(cudaEventSynchronize((cudaEvent_t)end_), "the kernel failed");
+    TD_CUDA(cudaEventElapsedTime(ms, (cudaEvent_t)begin_, (cudaEvent_t)end_), "cudaEventElapsedTime");
+    return TD_OK;
+}
+
+Timer::~Timer() {
+    if (begin_) cudaEventDestroy((cudaEvent_t)begin_);
+    if (end_) cudaEventDestroy((cudaEvent_t)end_);
+}
+
+}  // namespace td::device
