@@ -1,0 +1,164 @@
+"""GEMM on the GPU against cuBLAS (torch.matmul) and cuBLASLt fp8 (torch._scaled_mm), same run.
+
+    python bench/gemm.py [--dtypes bf16 fp16 fp8_e4m3] [--repeat 20] [--json OUT]
+
+For each shape of the suite and each dtype: TFLOP/s of the dispatcher's pick, of the best
+compiled variant (every kernel that supports the problem, by name), and of torch; the
+ratios and their geomean over the aligned shapes. Timing: CUDA events around each run,
+L2 flushed before each (a 512 MiB write, which also keeps the GPU busy while the host
+issues the launch), median of --repeat after warm-up. Inputs uniform in [-1, 1).
+Also the host overhead of one td.gemm call on torch tensors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+
+import tiledispatch as td
+from tiledispatch.codegen import DType
+
+SHAPES = [
+    (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+    (4096, 6144, 4096), (4096, 28672, 4096), (4096, 4096, 14336), (16, 6144, 4096),
+    (64, 28672, 4096), (128, 4096, 14336), (1000, 1000, 1000), (2304, 2304, 2304),
+    (3000, 5000, 7168), (8192, 8192, 256), (512, 512, 65536), (4095, 4095, 4095),
+]
+MISALIGNED = [(4095, 4095, 4095), (4097, 4097, 4097), (8191, 8191, 8191)]
+TORCH = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP8_E4M3: torch.float8_e4m3fn}
+
+
+def aligned(shape, dtype) -> bool:
+    return all(v * dtype.nbytes % 16 == 0 for v in shape)
+
+
+class Timer:
+    def __init__(self, repeat: int):
+        self.repeat = repeat
+        self.flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(self.repeat):
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+
+
+def operands(M, N, K, dtype):
+    a = (torch.rand(M, K, device="cuda") * 2 - 1).to(TORCH[dtype])
+    b = (torch.rand(N, K, device="cuda") * 2 - 1).to(TORCH[dtype]).t()  # (K, N) column-major: rcr
+    return a, b
+
+
+def vendor(a, b, dtype):
+    if dtype in (DType.FP8_E4M3, DType.FP8_E5M2):
+        one = torch.ones((), device="cuda")
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return lambda: torch.matmul(a, b)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp8_e4m3"])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--json", help="write every measurement here")
+    parser.add_argument("--shapes", default="suite", choices=("suite", "quick"))
+    args = parser.parse_args()
+    timer = Timer(args.repeat)
+    d = td.Dispatcher("gemm")
+    print(f"device {torch.cuda.get_device_name()}, target {d.target}, {len(d.kernels)} kernels", flush=True)
+    stream = torch.cuda.current_stream().cuda_stream
+    rows, records = [], []
+    shapes = SHAPES if args.shapes == "suite" else SHAPES[:4]
+    for dtype in (DType.parse(x) for x in args.dtypes):
+        for shape in shapes + [s for s in MISALIGNED if s not in shapes]:
+            M, N, K = shape
+            if dtype.nbytes == 1 and not aligned(shape, dtype):
+                continue  # torch._scaled_mm needs 16-byte aligned sizes
+            a, b = operands(M, N, K, dtype)
+            c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16 if dtype.nbytes == 1 else TORCH[dtype])
+            flops = 2.0 * M * N * K
+            t_vendor = timer(vendor(a, b, dtype))
+            problem = td.GemmProblem(M, N, K, dtype, "rcr", a.stride(0), b.stride(1), c.stride(0))
+            per_kernel = {}
+            for k in d.kernels:
+                if k.dtype is not dtype or k.layout.key != "rcr" or not d.is_supported(problem, k.name):
+                    continue
+                try:
+                    per_kernel[k.name] = timer(lambda k=k: d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                                  kernel=k.name, stream=stream, timed=False))
+                except td.TileDispatchError as err:
+                    print(f"  {k.name}: {err}", flush=True)
+            try:
+                pick = d.select(problem)
+            except td.UnsupportedProblemError:
+                pick = None
+            if not per_kernel or pick is None:
+                print(f"{dtype.key} {shape}: no kernel", flush=True)
+                continue
+            best = min(per_kernel, key=per_kernel.get)
+            tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
+            row = {"dtype": dtype.key, "shape": shape, "aligned": aligned(shape, dtype),
+                   "vendor_tflops": tf(t_vendor), "pick": pick, "pick_tflops": tf(per_kernel[pick]),
+                   "best": best, "best_tflops": tf(per_kernel[best]),
+                   "kernels": {n: tf(t) for n, t in per_kernel.items()}}
+            rows.append(row)
+            print(f"{dtype.key:9} {'x'.join(map(str, shape)):>18}  torch {row['vendor_tflops']:7.1f}  "
+                  f"pick {row['pick_tflops']:7.1f} ({row['pick_tflops'] / row['vendor_tflops']:.2f}x)  "
+                  f"best {row['best_tflops']:7.1f} ({row['best_tflops'] / row['vendor_tflops']:.2f}x)  {pick}",
+                  flush=True)
+            del a, b, c
+
+    # host overhead of one td.gemm call on torch tensors
+    a, b = operands(256, 256, 256, DType.BF16)
+    out = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
+    for _ in range(20):
+        td.gemm(a, b, out=out)
+    torch.cuda.synchronize()
+    n = 2000
+    start = time.perf_counter()
+    for _ in range(n):
+        td.gemm(a, b, out=out)
+    host_td = (time.perf_counter() - start) / n * 1e6
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        torch.matmul(a, b, out=out)
+    host_torch = (time.perf_counter() - start) / n * 1e6
+    torch.cuda.synchronize()
+    kernel_us = timer(lambda: td.gemm(a, b, out=out)) * 1e3
+
+    print("\nsummary (ratio = TFLOP/s over torch in the same run)")
+    for dtype in args.dtypes:
+        mine = [r for r in rows if r["dtype"] == dtype and r["aligned"]]
+        if mine:
+            gm = lambda key: math.exp(statistics.mean(math.log(r[key] / r["vendor_tflops"]) for r in mine))  # noqa: E731
+            worst = min(mine, key=lambda r: r["pick_tflops"] / r["vendor_tflops"])
+            print(f"  {dtype}: aligned shapes {len(mine)}, geomean pick {gm('pick_tflops'):.3f}x, best {gm('best_tflops'):.3f}x; "
+                  f"lowest pick {worst['pick_tflops'] / worst['vendor_tflops']:.2f}x at {worst['shape']}")
+        for r in rows:
+            if r["dtype"] == dtype and not r["aligned"]:
+                print(f"  {dtype} misaligned {r['shape']}: pick {r['pick_tflops']:.1f} vs torch {r['vendor_tflops']:.1f} "
+                      f"TFLOP/s = {r['pick_tflops'] / r['vendor_tflops']:.2f}x")
+    print(f"  host: td.gemm on torch tensors {host_td:.1f} us per call (torch.matmul {host_torch:.1f} us); "
+          f"kernel alone {kernel_us:.1f} us at 256^3")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "host_us": host_td, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One run on a GPU machine (the H200 through the device tool): build and install the
+# cpu + sm_90a libraries, run the GPU tests, memcheck a sample of kernels, benchmark
+# against cuBLAS. Logs go to $OUT; a short table is printed last.
+#   bash bench/gpu_run.sh [all|build|test|bench]
+set -uo pipefail
+OUT=${OUT:-/tmp/td-out}
+mkdir -p "$OUT"
+what=${1:-all}
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+step() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
+
+if [ "$what" = all ] || [ "$what" = build ]; then
+  step "build cpu + sm_90a ($(nproc) cores)"
+  start=$(date +%s)
+  python3 -m pip install -v --no-build-isolation --no-deps --no-index \
+    -Csetup-args=-Dgpu_targets=cpu,sm_90a -Ccompile-args=-j$(nproc) . > "$OUT/install.log" 2>&1
+  rc=$?
+  grep -E "error|Error" "$OUT/install.log" | head -20
+  echo "install rc=$rc in $(( $(date +%s) - start )) s"
+  [ $rc = 0 ] || exit $rc
+fi
+cd /tmp  # import the installed package, not the source tree
+if [ "$what" = all ] || [ "$what" = test ]; then
+  step "gpu_helper"
+  helper=$(python3 -c "import tiledispatch._registry as r; print(r.kernels_dir() / 'gpu_helper')")
+  "$helper" 4096 4096 4096 --validate; echo
+  step "GPU tests"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu.py" 2>&1 | tee "$OUT/test_gpu.log" | tail -15
+  step "compute-sanitizer memcheck on a sample"
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 "$OLDPWD/bench/sanitize_sample.py" > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; tail -4 "$OUT/memcheck.log"
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  step "benchmark against torch"
+  python3 "$OLDPWD/bench/gemm.py" --json "$OUT/gemm.json" 2>&1 | tee "$OUT/bench.log" | tail -60
+fi

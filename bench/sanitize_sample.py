@@ -1,0 +1,25 @@
+"""A few GPU kernels on small problems, for `compute-sanitizer --tool memcheck`."""
+import numpy as np
+
+import tiledispatch as td
+from tiledispatch import reference
+from tiledispatch.arrays import random
+from tiledispatch.codegen import DType, GemmVariant
+
+d = td.Dispatcher("gemm")
+rng = np.random.default_rng(1)
+sample = {}
+for k in d.kernels:
+    key = (k.variant, k.knobs.schedule, k.knobs.pad, k.dtype.nbytes)
+    sample.setdefault(key, k)
+for k in sample.values():
+    for M, N, K in ((200, 136, 264), (64, 64, 64)) if not k.knobs.pad else ((201, 133, 77),):
+        a = random((M, K), k.dtype, rng)
+        b = random((K, N), k.dtype, rng)
+        b_mem = b if k.layout.b_row else np.asfortranarray(b)
+        a_mem = a if k.layout.a_row else np.asfortranarray(a)
+        c = td.gemm(a_mem, b_mem, kernel=k.name)
+        ref, mag = reference.gemm(a, b)
+        ok = reference.compare(c, ref, mag, k.dtype, K)["ok"]
+        print(f"{k.name} {M}x{N}x{K}: {'ok' if ok else 'MISMATCH'}", flush=True)
+        assert ok

@@ -1,0 +1,168 @@
+"""GPU kernels on the device they were built for. Skipped, with the reason shown, where
+there is no GPU, no torch, or no library for the GPU; run by bench/gpu_run.sh on the H200.
+
+The reference is torch in float64 on the GPU, on the same quantized inputs."""
+import math
+
+import numpy as np
+import pytest
+
+import tiledispatch as td
+from tiledispatch import reference
+from tiledispatch._cuda import device_targets
+from tiledispatch.codegen import DType, GemmVariant
+
+torch = pytest.importorskip("torch", reason="torch is needed for the GPU tests")
+GPU = next((t for t in device_targets() if t in td.registry().targets), None)
+pytestmark = pytest.mark.skipif(
+    GPU is None, reason=f"no GPU with a library in this installation (GPUs seen: {device_targets() or 'none'}, "
+                        f"libraries: {td.registry().targets})")
+
+TORCH = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP8_E4M3: "float8_e4m3fn",
+         DType.FP8_E5M2: "float8_e5m2", DType.FP32: "float32"}
+
+
+def kernels():
+    return td.registry().kernels("gemm", GPU) if GPU else []
+
+
+def tdtype(dtype):
+    return getattr(torch, TORCH[dtype])
+
+
+def operands(kernel, M, N, K, gen, pad=0):
+    """A (M x K) and B (K x N) as torch CUDA tensors in the kernel's layout, values in
+    [-1, 1) quantized to its dtype, optionally with padded leading dimensions."""
+    def make(rows, cols, row_major):
+        base = torch.rand(rows if row_major else cols, (cols if row_major else rows) + pad,
+                          generator=gen, device="cuda") * 2 - 1
+        t = base.to(tdtype(kernel.dtype))[:, : cols if row_major else rows]
+        return t if row_major else t.t()
+    return make(M, K, kernel.layout.a_row), make(K, N, kernel.layout.b_row)
+
+
+def check(kernel, M, N, K, gen, *, pad=0, splits=0, d=None):
+    d = d or td.Dispatcher("gemm", GPU)
+    a, b = operands(kernel, M, N, K, gen, pad)
+    ld = lambda t: t.stride(0) if t.stride(1) == 1 else t.stride(1)  # noqa: E731
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=tdtype(kernel.dtype.out))
+    problem = td.GemmProblem(M, N, K, kernel.dtype, kernel.layout, ld(a), ld(b), N, splits=splits)
+    d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(), kernel=kernel.name,
+          stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    a64, b64 = a.double(), b.double()
+    ref = a64 @ b64
+    mag = a64.abs() @ b64.abs()
+    err = (c.double() - ref).abs()
+    tol = reference.tolerance(kernel.dtype, K)
+    bad = ~(err <= tol * mag + reference.FLOOR)
+    assert not bool(bad.any()), (f"{kernel.name} {M}x{N}x{K} pad={pad} splits={splits}: {int(bad.sum())} "
+                                 f"of {M * N} outside tolerance, max error {float(err.nan_to_num(math.inf).max())}")
+    rel = float((c.double() - ref).norm() / ref.norm())
+    assert rel < 2e-2
+
+
+@pytest.fixture
+def gen():
+    g = torch.Generator(device="cuda")
+    g.manual_seed(torch.randint(0, 2**31, (1,)).item())  # fresh inputs on every run
+    return g
+
+
+@pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
+def test_every_gpu_kernel_matches_float64(kernel, gen):
+    tm, tn, tk = kernel.tile
+    check(kernel, 2 * tm, 2 * tn, 4 * tk, gen)                        # multiples of the tile
+    check(kernel, tm + 24, 3 * tn - 40, 5 * tk + 16, gen)             # not multiples (16-byte aligned)
+    check(kernel, 8, 16, 32, gen)                                     # smaller than one tile
+    check(kernel, 1024, 1024, 1024, gen)
+
+
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.variant is GemmVariant.STREAM_K],
+                         ids=lambda k: k.name)
+@pytest.mark.parametrize("shape", [(512, 512, 16384), (384, 640, 4096), (4096, 128, 8192)])
+def test_stream_k_both_reductions_on_split_heavy_shapes(kernel, shape, gen):
+    check(kernel, *shape, gen)
+    check(kernel, *shape, gen, splits=3)
+
+
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.pad], ids=lambda k: k.name)
+@pytest.mark.parametrize("shape", [(4095, 4095, 4095), (1000, 999, 777), (33, 17, 1)])
+def test_pad_variants_serve_misaligned_problems(kernel, shape, gen):
+    check(kernel, *shape, gen)
+    check(kernel, 256, 200, 300, gen, pad=3)
+
+
+def test_misaligned_problems_are_served_or_refused_never_wrong(gen):
+    d = td.Dispatcher("gemm", GPU)
+    for dtype in (DType.BF16, DType.FP16):
+        problem = td.GemmProblem(4095, 4095, 4095, dtype, "rcr")
+        name = d.select(problem)
+        assert td.codegen.config_from_name(name).knobs.pad, name
+        plain = next(k for k in kernels() if k.dtype is dtype and not k.knobs.pad and k.layout.key == "rcr")
+        assert d.is_supported(problem, plain.name) is False
+        with pytest.raises(td.KernelRejectedError) as info:
+            d.run(problem, 0, 0, 0, kernel=plain.name)
+        assert info.value.status == -3 and "multiple of 16 bytes" in info.value.message
+    # fp8 has no pad variant in the default manifest: refused with -2
+    problem = td.GemmProblem(4095, 4096, 4096, DType.FP8_E4M3, "rcr")
+    if not any(k.dtype is DType.FP8_E4M3 and k.knobs.pad for k in kernels()):
+        with pytest.raises(td.UnsupportedProblemError) as info:
+            d.select(problem)
+        assert info.value.status == -2
+
+
+def test_unsupported_dtype_is_minus_2():
+    d = td.Dispatcher("gemm", GPU)
+    with pytest.raises(td.UnsupportedProblemError) as info:
+        d.select(td.GemmProblem(256, 256, 256, DType.FP32))
+    assert info.value.status == -2
+
+
+@pytest.mark.parametrize("dtype", [DType.BF16, DType.FP16, DType.FP8_E4M3])
+def test_td_gemm_on_torch_tensors_runs_in_place_on_the_current_stream(dtype, gen):
+    M, N, K = 1000, 1536, 2048
+    a = (torch.rand(M, K, generator=gen, device="cuda") * 2 - 1).to(tdtype(dtype))
+    b = (torch.rand(N, K, generator=gen, device="cuda") * 2 - 1).to(tdtype(dtype)).t()  # column-major
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=tdtype(dtype.out))
+        result = td.gemm(a, b, out=out)
+        assert result is out
+        fresh = td.gemm(a, b)
+    stream.synchronize()
+    assert isinstance(fresh, torch.Tensor) and fresh.is_cuda and fresh.dtype == tdtype(dtype.out)
+    ref = a.double() @ b.double()
+    mag = a.double().abs() @ b.double().abs()
+    for got in (out, fresh):
+        assert bool(((got.double() - ref).abs() <= reference.tolerance(dtype, K) * mag + 1e-30).all())
+
+
+def test_td_gemm_on_numpy_takes_the_host_path(rng):
+    from tiledispatch.arrays import random
+    a = random((300, 200), DType.BF16, rng)
+    b = np.asfortranarray(random((200, 100), DType.BF16, rng))
+    c = td.gemm(a, b, target=GPU)
+    ref, mag = reference.gemm(a, b)
+    assert reference.compare(c, ref, mag, DType.BF16, 200)["ok"]
+    lib = td.Dispatcher("gemm", GPU).lib
+    assert lib.td_legacy_dtype() == DType.BF16.code
+
+
+def test_workspace_is_sized_by_the_kernel(gen):
+    d = td.Dispatcher("gemm", GPU)
+    sk = next(k for k in kernels() if k.variant is GemmVariant.STREAM_K)
+    problem = td.GemmProblem(512, 512, 16384, sk.dtype, sk.layout)
+    need = d.workspace_size(problem, sk.name)
+    assert need > 0
+    ws = torch.empty(need, dtype=torch.uint8, device="cuda")
+    a, b = operands(sk, 512, 512, 16384, gen)
+    c = torch.empty(512, 512, device="cuda", dtype=tdtype(sk.dtype.out))
+    with pytest.raises(td.KernelRejectedError):
+        d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(), kernel=sk.name, workspace=ws.data_ptr(),
+              workspace_bytes=need - 1)
+    d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(), kernel=sk.name, workspace=ws.data_ptr(),
+          workspace_bytes=need)
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    assert float((c.double() - ref).norm() / ref.norm()) < 1e-2
