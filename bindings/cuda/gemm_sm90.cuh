@@ -78,43 +78,70 @@ struct Sm90Gemm {
     using StrideB = typename Kernel::StrideB;
     using StrideC = typename Kernel::StrideC;
 
-    // The leading dimensions the kernel sees, and the extra bytes the pad path stages.
+    // TMA needs 16-byte aligned addresses and leading dimensions, and CUTLASS also wants
+    // the contiguous extent of each operand to be a multiple of 16 bytes. A pad variant
+    // meets that by running the problem padded (M, N, K rounded up) on staged, zero-filled
+    // copies of the operands that do not qualify, and copying C's valid part back.
+    struct Operand {
+        bool stage;
+        int64_t rows, cols, ld;          // storage of the caller's operand (row-major view)
+        int64_t rows_k, cols_k, ld_k;    // storage the kernel reads or writes
+        size_t bytes;                    // staging buffer
+    };
     struct Plan {
-        int64_t lda, ldb, ldc;              // of the caller's operands
-        int64_t lda_k, ldb_k, ldc_k;        // of what the kernel reads and writes
-        bool stage_a, stage_b, stage_c;
-        size_t bytes_a, bytes_b, bytes_c;   // staging buffers
+        int64_t M, N, K;                 // the sizes the kernel runs
+        Operand a, b, c;
     };
 
     static bool ld_aligned(int64_t ld, size_t elem) { return (ld * (int64_t)elem) % 16 == 0; }
 
-    static Plan plan(const TdGemmProblem& p, const void* a, const void* b, const void* c) {
-        Plan s{};
-        s.lda = p.lda ? p.lda : (a_row ? p.K : p.M);
-        s.ldb = p.ldb ? p.ldb : (b_row ? p.N : p.K);
-        s.ldc = p.ldc ? p.ldc : p.N;
-        s.stage_a = Pad && (!ld_aligned(s.lda, sizeof(In)) || !aligned16(a));
-        s.stage_b = Pad && (!ld_aligned(s.ldb, sizeof(In)) || !aligned16(b));
-        s.stage_c = Pad && (!ld_aligned(s.ldc, sizeof(Out)) || !aligned16(c));
-        s.lda_k = s.stage_a ? round_up(a_row ? p.K : p.M, kAlignIn) : s.lda;
-        s.ldb_k = s.stage_b ? round_up(b_row ? p.N : p.K, kAlignIn) : s.ldb;
-        s.ldc_k = s.stage_c ? round_up(p.N, kAlignOut) : s.ldc;
-        s.bytes_a = s.stage_a ? round_up(s.lda_k * (a_row ? p.M : p.K) * sizeof(In), 256) : 0;
-        s.bytes_b = s.stage_b ? round_up(s.ldb_k * (b_row ? p.K : p.N) * sizeof(In), 256) : 0;
-        s.bytes_c = s.stage_c ? round_up(s.ldc_k * p.M * sizeof(Out), 256) : 0;
+    static Operand operand(bool row, int64_t rows_logical, int64_t cols_logical, int64_t rows_k_logical,
+                           int64_t cols_k_logical, int64_t ld, size_t elem, const void* ptr, bool force) {
+        // storage view: row-major (rows x cols) with leading dimension ld
+        Operand o{};
+        o.rows = row ? rows_logical : cols_logical;
+        o.cols = row ? cols_logical : rows_logical;
+        o.ld = ld;
+        o.rows_k = row ? rows_k_logical : cols_k_logical;
+        o.cols_k = row ? cols_k_logical : rows_k_logical;
+        o.stage = force || o.rows_k != o.rows || o.cols_k != o.cols || !ld_aligned(ld, elem) ||
+                  (ptr && !aligned16(ptr));
+        o.ld_k = o.stage ? o.cols_k : ld;
+        o.bytes = o.stage ? (size_t)round_up(o.rows_k * o.cols_k * (int64_t)elem, 256) : 0;
+        return o;
+    }
+
+    static Plan plan(const TdGemmProblem& p, const void* a, const void* b, const void* c, bool worst = false) {
+        const int64_t lda = p.lda ? p.lda : (a_row ? p.K : p.M);
+        const int64_t ldb = p.ldb ? p.ldb : (b_row ? p.N : p.K);
+        const int64_t ldc = p.ldc ? p.ldc : p.N;
+        Plan s{p.M, p.N, p.K, {}, {}, {}};
+        const bool direct = !worst && (a_row ? p.K : p.M) % kAlignIn == 0 && (b_row ? p.N : p.K) % kAlignIn == 0 &&
+                            p.N % kAlignOut == 0;
+        if (Pad && !direct) {
+            s.M = round_up(p.M, kAlignIn);
+            s.N = round_up(p.N, kAlignIn);
+            s.K = round_up(p.K, kAlignIn);
+        }
+        s.a = operand(a_row, p.M, p.K, s.M, s.K, lda, sizeof(In), a, worst);
+        s.b = operand(b_row, p.K, p.N, s.K, s.N, ldb, sizeof(In), b, worst);
+        s.c = operand(true, p.M, p.N, s.M, s.N, ldc, sizeof(Out), c, worst);
         return s;
     }
 
+    // Every operand usable as it is: what a variant without pad requires.
+    static bool direct_ok(const Plan& s) { return !s.a.stage && !s.b.stage && !s.c.stage; }
+
     static typename Gemm::Arguments arguments(const TdGemmProblem& p, const Plan& s, const void* a, const void* b,
                                               void* c) {
-        const int M = (int)p.M, N = (int)p.N, K = (int)p.K;
+        const int M = (int)s.M, N = (int)s.N, K = (int)s.K;
         StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
         StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
         StrideC sc = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, 1));
         // The one dynamic stride of each operand is its leading dimension.
-        if constexpr (a_row) cute::get<0>(sa) = s.lda_k; else cute::get<1>(sa) = s.lda_k;
-        if constexpr (b_row) cute::get<1>(sb) = s.ldb_k; else cute::get<0>(sb) = s.ldb_k;
-        cute::get<0>(sc) = s.ldc_k;
+        if constexpr (a_row) cute::get<0>(sa) = s.a.ld_k; else cute::get<1>(sa) = s.a.ld_k;
+        if constexpr (b_row) cute::get<1>(sb) = s.b.ld_k; else cute::get<0>(sb) = s.b.ld_k;
+        cute::get<0>(sc) = s.c.ld_k;
         cutlass::KernelHardwareInfo hw;
         cudaGetDevice(&hw.device_id);
         hw.sm_count = device::multiprocessors();
@@ -143,12 +170,9 @@ struct Sm90Gemm {
         if (p.dtype != DType) { *why = "dtype differs"; return TD_UNSUPPORTED; }
         if (p.layout != LayoutCode) { *why = "layout differs"; return TD_UNSUPPORTED; }
         if (p.M > INT32_MAX || p.N > INT32_MAX || p.K > INT32_MAX) { *why = "a size exceeds 2^31"; return TD_UNSUPPORTED; }
-        if (!Pad) {
-            const Plan s = plan(p, nullptr, nullptr, nullptr);
-            if (!ld_aligned(s.lda, sizeof(In)) || !ld_aligned(s.ldb, sizeof(In)) || !ld_aligned(s.ldc, sizeof(Out))) {
-                *why = "a leading dimension is not a multiple of 16 bytes (TMA); a pad variant takes it";
-                return TD_UNSUPPORTED;
-            }
+        if (!Pad && !direct_ok(plan(p, nullptr, nullptr, nullptr))) {
+            *why = "a leading dimension or contiguous extent is not a multiple of 16 bytes (TMA); a pad variant takes it";
+            return TD_UNSUPPORTED;
         }
         return TD_OK;
     }
@@ -158,20 +182,29 @@ struct Sm90Gemm {
     }
 
     static size_t workspace_size(const TdGemmProblem& p) {
-        // Sized for unaligned pointers too, so a caller-provided workspace always suffices.
-        static const char dummy[32] = {};
-        const Plan s = plan(p, dummy + 1, dummy + 1, dummy + 1);
-        return round_up(cutlass_workspace(p, s), 256) + s.bytes_a + s.bytes_b + s.bytes_c;
+        // Sized for staging every operand, so a caller-provided workspace always suffices.
+        const Plan s = plan(p, nullptr, nullptr, nullptr, Pad);
+        return round_up(cutlass_workspace(p, s), 256) + s.a.bytes + s.b.bytes + s.c.bytes;
+    }
+
+    static int stage_in(const Operand& o, char* dst, const void* src, size_t elem, cudaStream_t stream,
+                        const char* what) {
+        if (cudaMemsetAsync(dst, 0, o.bytes, stream) != cudaSuccess ||
+            cudaMemcpy2DAsync(dst, o.ld_k * elem, src, o.ld * elem, o.cols * elem, o.rows, cudaMemcpyDeviceToDevice,
+                              stream) != cudaSuccess)
+            return fail(TD_ERROR, std::string("staging ") + what + ": " + cudaGetErrorString(cudaGetLastError()));
+        return TD_OK;
     }
 
     static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
                    void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-        if (!Pad && (!aligned16(a) || !aligned16(b) || !aligned16(c)))
-            return fail(TD_REJECTED, "an operand's address is not 16-byte aligned (TMA needs it)");
         const Plan s = plan(p, a, b, c);
+        if (!Pad && !direct_ok(s))
+            return fail(TD_REJECTED, "an operand's address, leading dimension or contiguous extent is not "
+                                     "16-byte aligned (TMA needs it); a pad variant takes it");
         const size_t lib_bytes = round_up(cutlass_workspace(p, s), 256);
-        const size_t need = lib_bytes + s.bytes_a + s.bytes_b + s.bytes_c;
+        const size_t need = lib_bytes + s.a.bytes + s.b.bytes + s.c.bytes;
         char* base = static_cast<char*>(ws);
         if (ws && ws_bytes < need)
             return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
@@ -182,23 +215,17 @@ struct Sm90Gemm {
         const void* ka = a;
         const void* kb = b;
         void* kc = c;
-        if (s.stage_a) {
-            const int64_t rows = a_row ? p.M : p.K, cols = a_row ? p.K : p.M;
-            if (cudaMemcpy2DAsync(stage, s.lda_k * sizeof(In), a, s.lda * sizeof(In), cols * sizeof(In), rows,
-                                  cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
-                return fail(TD_ERROR, std::string("staging A: ") + cudaGetErrorString(cudaGetLastError()));
+        if (s.a.stage) {
+            if (int st = stage_in(s.a, stage, a, sizeof(In), stream, "A")) return st;
             ka = stage;
-            stage += s.bytes_a;
+            stage += s.a.bytes;
         }
-        if (s.stage_b) {
-            const int64_t rows = b_row ? p.K : p.N, cols = b_row ? p.N : p.K;
-            if (cudaMemcpy2DAsync(stage, s.ldb_k * sizeof(In), b, s.ldb * sizeof(In), cols * sizeof(In), rows,
-                                  cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
-                return fail(TD_ERROR, std::string("staging B: ") + cudaGetErrorString(cudaGetLastError()));
+        if (s.b.stage) {
+            if (int st = stage_in(s.b, stage, b, sizeof(In), stream, "B")) return st;
             kb = stage;
-            stage += s.bytes_b;
+            stage += s.b.bytes;
         }
-        if (s.stage_c) kc = stage;
+        if (s.c.stage) kc = stage;
         auto args = arguments(p, s, ka, kb, kc);
         Gemm gemm;
         if (gemm.can_implement(args) != cutlass::Status::kSuccess)
@@ -207,8 +234,8 @@ struct Sm90Gemm {
             return fail(TD_ERROR, std::string("CUTLASS initialize failed: ") + cudaGetErrorString(cudaGetLastError()));
         if (gemm.run(stream) != cutlass::Status::kSuccess)
             return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(cudaGetLastError()));
-        if (s.stage_c &&
-            cudaMemcpy2DAsync(c, s.ldc * sizeof(Out), kc, s.ldc_k * sizeof(Out), p.N * sizeof(Out), p.M,
+        if (s.c.stage &&
+            cudaMemcpy2DAsync(c, s.c.ld * sizeof(Out), kc, s.c.ld_k * sizeof(Out), p.N * sizeof(Out), p.M,
                               cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
             return fail(TD_ERROR, std::string("copying C back: ") + cudaGetErrorString(cudaGetLastError()));
         const cudaError_t err = cudaGetLastError();
