@@ -41,19 +41,29 @@ class Timer:
         self.repeat = repeat
         self.flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
 
+    def once(self, fn) -> float:
+        self.flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
     def __call__(self, fn) -> float:
-        for _ in range(3):
-            fn()
-        times = []
+        return self.many({"x": fn})["x"]
+
+    def many(self, fns: dict) -> dict:
+        """Median ms of each function, timed round-robin so that clock and thermal drift
+        fall on all of them alike."""
+        for fn in fns.values():
+            for _ in range(3):
+                fn()
+        times = {name: [] for name in fns}
         for _ in range(self.repeat):
-            self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
+            for name, fn in fns.items():
+                times[name].append(self.once(fn))
+        return {name: statistics.median(t) for name, t in times.items()}
 
 
 def operands(M, N, K, dtype):
@@ -90,17 +100,19 @@ def main() -> int:
             a, b = operands(M, N, K, dtype)
             c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16 if dtype.nbytes == 1 else TORCH[dtype])
             flops = 2.0 * M * N * K
-            t_vendor = timer(vendor(a, b, dtype))
             problem = td.GemmProblem(M, N, K, dtype, "rcr", a.stride(0), b.stride(1), c.stride(0))
-            per_kernel = {}
+            fns = {"vendor": vendor(a, b, dtype)}
             for k in d.kernels:
                 if k.dtype is not dtype or k.layout.key != "rcr" or not d.is_supported(problem, k.name):
                     continue
-                try:
-                    per_kernel[k.name] = timer(lambda k=k: d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(),
-                                                                  kernel=k.name, stream=stream, timed=False))
-                except td.TileDispatchError as err:
-                    print(f"  {k.name}: {err}", flush=True)
+                fns[k.name] = lambda k=k: d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                kernel=k.name, stream=stream, timed=False)
+            try:
+                per_kernel = timer.many(fns)
+            except td.TileDispatchError as err:
+                print(f"  {dtype.key} {shape}: {err}", flush=True)
+                continue
+            t_vendor = per_kernel.pop("vendor")
             try:
                 pick = d.select(problem)
             except td.UnsupportedProblemError:

@@ -45,10 +45,11 @@ int copy_name(const char* name, char* buf, size_t size) {
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// GPU model (cuda sm90): persistent CTAs, one per SM, clusters scheduled together.
-// Relative tile throughput grows with the tile area (wgmma efficiency, operand reuse)
-// and saturates at 128x256; ping-pong overlaps the epilogue of one tile with the
-// mainloop of the next, which pays on short K loops.
+// GPU model (cuda sm90), fitted to bench/gemm.py on the H200 (2026-11-30): persistent CTAs,
+// one per SM, clusters scheduled together. Relative throughput of one K step: cooperative
+// 128x256 = 1, 128x128 = 0.8; ping-pong 64x128 = 0.55 per SM, but its epilogue hides
+// behind the next tile's mainloop (0.5 K steps per tile against 3 for cooperative).
+// Stream-K balances K steps over the SMs and pays a fix-up for split tiles.
 static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, int64_t sms) {
     const double tm = k.tile_m, tn = k.tile_n, tk = k.tile_k;
     const int64_t cm = std::max(1, k.micro_m), cn = std::max(1, k.micro_n);
@@ -56,21 +57,20 @@ static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, in
     const int64_t tiles = s.batch * tiles_m * tiles_n;
     const int64_t iters = cdiv(s.k, k.tile_k);
     const double area = tm * tn;
-    double eff = k.schedule == 1 ? std::min(0.92, 0.55 + 0.40 * area / 16384.0)
-                                 : std::min(1.0, 0.50 + 0.50 * area / 32768.0);
-    const double iter_time = tm * tn * tk / eff;                 // one K step of one tile
-    const double tile_overhead = (k.schedule == 1 ? 2.0 : 6.0) * tm * tn + 4.0 * iter_time;
+    const bool pingpong = k.schedule == 1;
+    const double eff = pingpong ? std::min(0.9, 0.35 + 0.2 * area / 8192.0) : std::min(1.0, 0.6 + 0.4 * area / 32768.0);
+    const double iter_time = tm * tn * tk / eff;  // one K step of one tile
+    const double tile_overhead = (pingpong ? 0.5 : 3.0) * iter_time;
     const int64_t cluster_slots = std::max<int64_t>(1, sms / (cm * cn));
     const int64_t cluster_tiles = s.batch * cdiv(tiles_m, cm) * cdiv(tiles_n, cn);
     double cost;
     if (!streamk) {
-        const double waves = (double)cdiv(cluster_tiles, cluster_slots);
-        cost = waves * (iters * iter_time + tile_overhead);
+        cost = (double)cdiv(cluster_tiles, cluster_slots) * (iters * iter_time + tile_overhead);
     } else {
         const int64_t units = std::max<int64_t>(1, std::min<int64_t>(sms, tiles * iters));
-        const double per_unit = (double)cdiv(tiles * iters, units) * iter_time;
-        const double fixup = tiles * iters > sms * iters ? 0.0 : 3.0 * tile_overhead;  // split tiles
-        cost = per_unit + cdiv(tiles, units) * tile_overhead + fixup + 2.0 * tile_overhead;
+        const bool split = (tiles * iters) % units != 0 || tiles < units;
+        cost = (double)cdiv(tiles * iters, units) * iter_time + cdiv(tiles, units) * tile_overhead +
+               2.0 * tile_overhead + (split ? 3.0 * tile_overhead : 0.0);
     }
     if (k.pad) cost *= 1.01;  // the same kernel plus the checks; its copies only when misaligned
     return cost;

@@ -1,4 +1,7 @@
 // The GEMM library's C ABI: the reference system's dispatcher_* functions and td_gemm_*.
+#include <array>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,10 +62,40 @@ int ranked(const TdGemmProblem* p, const char* name, std::vector<const GemmKerne
     return rank(gemm_table, gemm_table_size, *p, name, cost, out);
 }
 
+// Ranked lists of recent problems (selection is deterministic, so a repeated problem
+// skips the ranking): keyed by every field that selection reads.
+struct RankCache {
+    std::mutex lock;
+    std::map<std::array<int64_t, 10>, std::vector<const GemmKernel*>> entries;
+};
+
+std::array<int64_t, 10> cache_key(const TdGemmProblem& p) {
+    return {p.M, p.N, p.K, p.dtype, p.layout, p.lda, p.ldb, p.ldc, p.splits, device::multiprocessors()};
+}
+
+int ranked_cached(const TdGemmProblem* p, std::vector<const GemmKernel*>* out) {
+    static RankCache cache;
+    if (!p) return ranked(p, nullptr, out);
+    const auto key = cache_key(*p);
+    {
+        std::lock_guard<std::mutex> guard(cache.lock);
+        auto it = cache.entries.find(key);
+        if (it != cache.entries.end()) {
+            *out = it->second;
+            return TD_OK;
+        }
+    }
+    if (int s = ranked(p, nullptr, out)) return s;
+    std::lock_guard<std::mutex> guard(cache.lock);
+    if (cache.entries.size() > 4096) cache.entries.clear();
+    cache.entries.emplace(key, *out);
+    return TD_OK;
+}
+
 int pick(const TdGemmProblem* p, const char* name, const GemmKernel** out) {
     std::vector<const GemmKernel*> list;
     *out = nullptr;
-    if (int s = ranked(p, name, &list)) return s;
+    if (int s = (name && *name) ? ranked(p, name, &list) : ranked_cached(p, &list)) return s;
     *out = list.front();
     return TD_OK;
 }
@@ -72,7 +105,7 @@ int pick(const TdGemmProblem* p, const char* name, const GemmKernel** out) {
 int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, void* ws,
         size_t ws_bytes, void* stream, float* time_ms) {
     std::vector<const GemmKernel*> list;
-    if (int s = ranked(p, name, &list)) return s;
+    if (int s = (name && *name) ? ranked(p, name, &list) : ranked_cached(p, &list)) return s;
     if (!a || !b || !c) return fail(TD_ERROR, "A, B and C must not be NULL");
     std::string rejections;
     for (const GemmKernel* k : list) {

@@ -105,7 +105,7 @@ def test_misaligned_problems_are_served_or_refused_never_wrong(gen):
             d.run(problem, 0, 0, 0, kernel=plain.name)
         assert info.value.status == -3 and "multiple of 16 bytes" in info.value.message
     # fp8 has no pad variant in the default manifest: refused with -2
-    problem = td.GemmProblem(4095, 4096, 4096, DType.FP8_E4M3, "rcr")
+    problem = td.GemmProblem(4096, 4095, 4096, DType.FP8_E4M3, "rcr")  # C rows of 4095 bytes
     if not any(k.dtype is DType.FP8_E4M3 and k.knobs.pad for k in kernels()):
         with pytest.raises(td.UnsupportedProblemError) as info:
             d.select(problem)

@@ -1,16 +1,34 @@
 """`td.gemm` and `td.conv` on numpy arrays (the host path)."""
 from __future__ import annotations
 
+import ctypes
 import functools
 
 import numpy as np
 
+from . import _ffi
 from ._registry import registry
-from .arrays import DeviceArray, dtype_of, is_device_array, matrix_order, numpy_dtype
-from .codegen import Direction, Layout
+from .arrays import _TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype
+from .codegen import Direction, DType, Layout
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
+
+
+_LAYOUT_CODE = {(True, False): Layout.RCR.code, (True, True): Layout.RRR.code,
+                (False, True): Layout.CRR.code, (False, False): Layout.CCR.code}
+_TORCH_OUT_NAMES = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16",
+                    DType.FP8_E4M3: "bfloat16", DType.FP8_E5M2: "bfloat16"}
+
+
+class _TorchOut(dict):
+    def __missing__(self, dtype):
+        import torch
+        value = self[dtype] = getattr(torch, _TORCH_OUT_NAMES[dtype])
+        return value
+
+
+_TORCH_OUT = _TorchOut()
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,6 +77,59 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
     return out
 
 
+_TORCH_FAST: dict = {}
+
+
+def _torch_fast(a, b, out, alpha):
+    """td.gemm on two torch CUDA tensors with the dispatcher's choice: the lean path that
+    keeps the host overhead near the cost of one ctypes call. None when it does not apply."""
+    table = _TORCH_FAST.get("dtypes")
+    if table is None:
+        import torch
+        table = _TORCH_FAST["dtypes"] = {getattr(torch, n.split(".")[1]): d for n, d in _TORCH_DTYPES.items()}
+        _TORCH_FAST["torch"] = torch
+        _TORCH_FAST["raw_stream"] = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    torch = _TORCH_FAST["torch"]
+    dtype = table.get(a.dtype)
+    if dtype is None or b.dtype != a.dtype or a.dim() != 2 or b.dim() != 2 or a.device != b.device:
+        return None
+    M, K = a.shape
+    K2, N = b.shape
+    if K != K2:
+        return None
+    sa0, sa1 = a.stride()
+    sb0, sb1 = b.stride()
+    if sa1 == 1 and sa0 >= K:
+        a_row, lda = True, sa0
+    elif sa0 == 1 and sa1 >= M:
+        a_row, lda = False, sa1
+    else:
+        return None
+    if sb1 == 1 and sb0 >= N:
+        b_row, ldb = True, sb0
+    elif sb0 == 1 and sb1 >= K:
+        b_row, ldb = False, sb1
+    else:
+        return None
+    if out is None:
+        out = torch.empty((M, N), dtype=_TORCH_OUT[dtype], device=a.device)
+    elif out.shape != (M, N) or out.dtype != _TORCH_OUT[dtype] or out.stride(1) != 1 or out.device != a.device:
+        return None
+    d = _TORCH_FAST.get(("dispatcher", a.device.index))
+    if d is None:
+        d = _TORCH_FAST[("dispatcher", a.device.index)] = dispatcher("gemm", _device_target())
+    raw = _TORCH_FAST["raw_stream"]
+    stream = raw(a.device.index) if raw is not None else torch.cuda.current_stream(a.device).cuda_stream
+    layout = _LAYOUT_CODE[(a_row, b_row)]
+    problem = _ffi.TdGemmProblem(M, N, K, dtype.code, layout, lda, ldb, out.stride(0), alpha, 0)
+    lib = d.lib
+    status = lib.td_gemm_run(ctypes.byref(problem), None, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0,
+                             stream, None)
+    if status:
+        lib.check(status)
+    return out
+
+
 def _device_target() -> str:
     target = registry().default_target("gemm")
     if target == "cpu":
@@ -81,6 +152,10 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
     """
     if is_device_array(a) or is_device_array(b):
+        if kernel is None and layout is None and target is None and is_torch(a) and is_torch(b):
+            result = _torch_fast(a, b, out, alpha)
+            if result is not None:
+                return result
         return _gemm_device(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or b.ndim != 2:
