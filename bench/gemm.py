@@ -133,6 +133,29 @@ def main() -> int:
                   flush=True)
             del a, b, c
 
+    # run-time knobs of one compiled kernel: tile raster order and swizzle, on large shapes
+    if "bf16" in args.dtypes and args.shapes == "suite":
+        print("\nraster / swizzle sweep (bf16, the dispatcher's pick; TFLOP/s)")
+        for M, N, K in [(8192, 8192, 8192), (4096, 28672, 4096), (3000, 5000, 7168), (2304, 2304, 2304)]:
+            a, b = operands(M, N, K, DType.BF16)
+            c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            base = td.GemmProblem(M, N, K, DType.BF16, "rcr", a.stride(0), b.stride(1), c.stride(0))
+            pick = d.select(base)
+            fns = {}
+            for raster in (0, 1, 2):
+                for swizzle in (1, 2, 4, 8):
+                    p = td.GemmProblem(M, N, K, DType.BF16, "rcr", a.stride(0), b.stride(1), c.stride(0),
+                                       raster=raster, swizzle=swizzle)
+                    fns[(raster, swizzle)] = lambda p=p: d.run(p, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                               kernel=pick, stream=stream, timed=False)
+            times = timer.many(fns)
+            flops = 2.0 * M * N * K
+            cells = "  ".join(f"{'hMN'[r]}{z}:{flops / (t * 1e-3) / 1e12:5.0f}" for (r, z), t in times.items())
+            print(f"  {M}x{N}x{K} {pick}\n    {cells}", flush=True)
+            records.append({"shape": [M, N, K], "pick": pick,
+                            "raster_swizzle": {f"{r},{z}": flops / (t * 1e-3) / 1e12 for (r, z), t in times.items()}})
+            del a, b, c
+
     # host overhead of one td.gemm call on torch tensors
     a, b = operands(256, 256, 256, DType.BF16)
     out = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
@@ -168,7 +191,7 @@ def main() -> int:
           f"kernel alone {kernel_us:.1f} us at 256^3")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "host_us": host_td, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
+            json.dump({"rows": rows, "knob_sweep": records, "host_us": host_td, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
     return 0
 
 

@@ -24,6 +24,9 @@ int check_problem(const TdGemmProblem* p) {
     if (p->layout < TD_RCR || p->layout > TD_CCR)
         return fail(TD_ERROR, "unknown layout code " + std::to_string(p->layout));
     if (p->splits < 0) return fail(TD_ERROR, "splits must not be negative");
+    if (p->raster < 0 || p->raster > 2) return fail(TD_ERROR, "raster must be 0, 1 or 2");
+    if (p->swizzle != 0 && p->swizzle != 1 && p->swizzle != 2 && p->swizzle != 4 && p->swizzle != 8)
+        return fail(TD_ERROR, "swizzle must be 0, 1, 2, 4 or 8");
     const int64_t min_lda = a_row(*p) ? p->K : p->M, min_ldb = b_row(*p) ? p->N : p->K, min_ldc = p->N;
     if (p->lda < 0 || (p->lda && p->lda < min_lda))
         return fail(TD_ERROR, "lda " + std::to_string(p->lda) + " is below " + std::to_string(min_lda));

@@ -152,6 +152,9 @@ struct Sm90Gemm {
                                       hw};
         args.epilogue.thread.alpha = p.alpha;
         args.epilogue.thread.beta = 0.0f;
+        using Raster = decltype(args.scheduler.raster_order);
+        args.scheduler.raster_order = p.raster == 1 ? Raster::AlongM : p.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+        if (p.swizzle > 0) args.scheduler.max_swizzle_size = p.swizzle;
         if constexpr (Streamk) {
             using RM = decltype(args.scheduler.reduction_mode);
             using DM = decltype(args.scheduler.decomposition_mode);

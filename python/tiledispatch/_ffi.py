@@ -22,7 +22,7 @@ c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float = (
 class TdGemmProblem(ctypes.Structure):
     _fields_ = [("M", c_i64), ("N", c_i64), ("K", c_i64), ("dtype", c_i32), ("layout", c_i32),
                 ("lda", c_i64), ("ldb", c_i64), ("ldc", c_i64), ("alpha", c_float),
-                ("splits", c_i32)]
+                ("splits", c_i32), ("raster", c_i32), ("swizzle", c_i32)]
 
 
 class ConvProblemC(ctypes.Structure):

@@ -121,7 +121,7 @@ def _torch_fast(a, b, out, alpha):
     raw = _TORCH_FAST["raw_stream"]
     stream = raw(a.device.index) if raw is not None else torch.cuda.current_stream(a.device).cuda_stream
     layout = _LAYOUT_CODE[(a_row, b_row)]
-    problem = _ffi.TdGemmProblem(M, N, K, dtype.code, layout, lda, ldb, out.stride(0), alpha, 0)
+    problem = _ffi.TdGemmProblem(M, N, K, dtype.code, layout, lda, ldb, out.stride(0), alpha, 0, 0, 0)
     lib = d.lib
     status = lib.td_gemm_run(ctypes.byref(problem), None, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0,
                              stream, None)

@@ -28,6 +28,8 @@ class GemmProblem:
     ldc: int = 0
     alpha: float = 1.0
     splits: int = 0
+    raster: int = 0   # cuda: 0 heuristic, 1 along M, 2 along N
+    swizzle: int = 0  # cuda: 0 default, or 1, 2, 4, 8
 
     def __post_init__(self):
         _coerce(self, "dtype", DType.parse)
@@ -49,7 +51,8 @@ class GemmProblem:
 
     def to_c(self) -> _ffi.TdGemmProblem:
         return _ffi.TdGemmProblem(self.M, self.N, self.K, self.dtype.code, self.layout.code,
-                                  self.lda, self.ldb, self.ldc, self.alpha, self.splits)
+                                  self.lda, self.ldb, self.ldc, self.alpha, self.splits, self.raster,
+                                  self.swizzle)
 
 
 def _spatial(value, ndim: int, what: str) -> tuple:

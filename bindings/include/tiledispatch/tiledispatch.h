@@ -46,7 +46,9 @@ typedef struct TdGemmProblem {
     int32_t layout;  /* enum td_layout */
     int64_t lda, ldb, ldc;
     float alpha;     /* 1.0f for a plain product; per-tensor fp8 scales multiply in here */
-    int32_t splits;  /* stream-K workers; 0 = one per thread */
+    int32_t splits;  /* cpu stream-K: workers (0 = one per thread); cuda stream-K: split-K count (0 = heuristic) */
+    int32_t raster;  /* cuda tile order: 0 heuristic, 1 along M, 2 along N (cpu: ignored) */
+    int32_t swizzle; /* cuda tile swizzle: 0 default (1), or 1, 2, 4, 8 (cpu: ignored) */
 } TdGemmProblem;
 
 /* The reference system's convolution problem. C and K are channels per group.
