@@ -156,6 +156,28 @@ def main() -> int:
                             "raster_swizzle": {f"{r},{z}": flops / (t * 1e-3) / 1e12 for (r, z), t in times.items()}})
             del a, b, c
 
+    # split-K counts of the stream-K kernels on skinny and long-K shapes
+    if "bf16" in args.dtypes and args.shapes == "suite":
+        print("\nstream-K split sweep (bf16; TFLOP/s by splits, 0 = CUTLASS heuristic)")
+        for M, N, K in [(512, 512, 65536), (128, 4096, 14336), (16, 6144, 4096), (1000, 1000, 1000), (2304, 2304, 2304)]:
+            a, b = operands(M, N, K, DType.BF16)
+            c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            sk = [k for k in d.kernels if k.dtype is DType.BF16 and k.layout.key == "rcr" and k.variant.key == "stream_k"]
+            fns = {}
+            for k in sk:
+                for splits in (0, 2, 4, 8, 16):
+                    p = td.GemmProblem(M, N, K, DType.BF16, "rcr", a.stride(0), b.stride(1), c.stride(0), splits=splits)
+                    fns[(k.name, splits)] = lambda p=p, k=k: d.run(p, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                                   kernel=k.name, stream=stream, timed=False)
+            times = timer.many(fns)
+            flops = 2.0 * M * N * K
+            for k in sk:
+                cells = "  ".join(f"{z}:{flops / (times[(k.name, z)] * 1e-3) / 1e12:5.0f}" for z in (0, 2, 4, 8, 16))
+                print(f"  {M}x{N}x{K} {k.name}\n    {cells}", flush=True)
+            records.append({"shape": [M, N, K], "splits": {f"{n},{z}": flops / (t * 1e-3) / 1e12
+                                                             for (n, z), t in times.items()}})
+            del a, b, c
+
     # host overhead of one td.gemm call on torch tensors
     a, b = operands(256, 256, 256, DType.BF16)
     out = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)

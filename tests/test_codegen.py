@@ -97,7 +97,7 @@ def test_filter_globs_select_by_name():
 
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     configs = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
-    assert len(configs) == 21
+    assert len(configs) == 25
     assert {c.dtype for c in configs} == set(DType) - {DType.FP32}
     assert {c.layout for c in configs} == set(Layout)
     assert {(c.variant, c.reduction) for c in configs} == {
