@@ -62,22 +62,8 @@ int run(const TdConvProblem* p, const char* name, const void* in, const void* we
     std::vector<const ConvKernel*> list;
     if (int s = ranked(p, name, &list)) return s;
     if (!in || !wei || !out) return fail(TD_ERROR, "input, weight and output must not be NULL");
-    std::string rejections;
-    for (const ConvKernel* k : list) {
-        device::Timer timer;
-        if (time_ms)
-            if (int s = timer.start(stream)) return s;
-        const int status = k->run(*p, in, wei, out, ws, ws_bytes, stream);
-        if (status == TD_REJECTED) {
-            rejections += std::string(rejections.empty() ? "" : "; ") + k->info.name + ": " + td_last_error();
-            continue;
-        }
-        if (status != TD_OK) return status;
-        if (time_ms)
-            if (int s = timer.stop(stream, time_ms)) return s;
-        return TD_OK;
-    }
-    return fail(TD_REJECTED, "every kernel rejected the arguments: " + rejections);
+    return run_first_accepting(list, stream, time_ms,
+                               [&](const ConvKernel* k) { return k->run(*p, in, wei, out, ws, ws_bytes, stream); });
 }
 
 struct DeviceBuffer {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "tiledispatch/device.hpp"
 #include "tiledispatch/kernel.hpp"
 
 namespace td {
@@ -90,6 +91,29 @@ int rank(const Kernel* const* table, size_t count, const Problem& p, const char*
                                         " supports this problem (" + std::to_string(count) +
                                         " kernels registered)" + reasons);
     return TD_OK;
+}
+
+// Runs the first kernel of a ranked list that accepts the arguments: a kernel that
+// rejects them at run time (TD_REJECTED: a misaligned pointer, say) hands the problem to
+// the next. run_one(kernel) launches one; the timer covers the accepted launch.
+template <class Kernel, class RunOne>
+int run_first_accepting(const std::vector<const Kernel*>& list, void* stream, float* time_ms, RunOne run_one) {
+    std::string rejections;
+    for (const Kernel* k : list) {
+        device::Timer timer;
+        if (time_ms)
+            if (int s = timer.start(stream)) return s;
+        const int status = run_one(k);
+        if (status == TD_REJECTED) {
+            rejections += std::string(rejections.empty() ? "" : "; ") + k->info.name + ": " + td_last_error();
+            continue;
+        }
+        if (status != TD_OK) return status;  // the kernel set the message
+        if (time_ms)
+            if (int s = timer.stop(stream, time_ms)) return s;
+        return TD_OK;
+    }
+    return fail(TD_REJECTED, "every kernel rejected the arguments: " + rejections);
 }
 
 }  // namespace td

@@ -103,29 +103,14 @@ int pick(const TdGemmProblem* p, const char* name, const GemmKernel** out) {
     return TD_OK;
 }
 
-// Runs on device pointers; with no kernel named, a kernel that rejects the arguments
-// (a misaligned pointer, say) hands the problem to the next one in rank order.
+// Runs on device pointers.
 int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, void* ws,
         size_t ws_bytes, void* stream, float* time_ms) {
     std::vector<const GemmKernel*> list;
     if (int s = (name && *name) ? ranked(p, name, &list) : ranked_cached(p, &list)) return s;
     if (!a || !b || !c) return fail(TD_ERROR, "A, B and C must not be NULL");
-    std::string rejections;
-    for (const GemmKernel* k : list) {
-        device::Timer timer;
-        if (time_ms)
-            if (int s = timer.start(stream)) return s;
-        const int status = k->run(*p, a, b, c, ws, ws_bytes, stream);
-        if (status == TD_REJECTED) {
-            rejections += std::string(rejections.empty() ? "" : "; ") + k->info.name + ": " + td_last_error();
-            continue;
-        }
-        if (status != TD_OK) return status;  // the kernel set the message
-        if (time_ms)
-            if (int s = timer.stop(stream, time_ms)) return s;
-        return TD_OK;
-    }
-    return fail(TD_REJECTED, "every kernel rejected the arguments: " + rejections);
+    return run_first_accepting(list, stream, time_ms,
+                               [&](const GemmKernel* k) { return k->run(*p, a, b, c, ws, ws_bytes, stream); });
 }
 
 // Elements of A, B and C that the problem spans (leading dimensions included).

@@ -14,6 +14,14 @@ SCHEMA_VERSION = 1
 ABI_VERSION = 1
 
 
+def _lookup(cls, text: str, what: str, fields=("key",)):
+    """The member of enum cls whose rendering in `fields` is text, else ValueError."""
+    for member in cls:
+        if any(text == getattr(member, f) for f in fields):
+            return member
+    raise ValueError(f"unknown {what} '{text}' (expected one of {', '.join(m.key for m in cls)})")
+
+
 class DType(enum.Enum):
     """Input element types. `out` is the output type a kernel writes."""
 
@@ -43,10 +51,7 @@ class DType(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> "DType":
-        for member in cls:
-            if text in (member.key, member.token):
-                return member
-        raise ValueError(f"unknown dtype '{text}' (expected one of {', '.join(m.key for m in cls)})")
+        return _lookup(cls, text, "dtype", ("key", "token"))
 
     @classmethod
     def from_code(cls, code: int) -> "DType":
@@ -83,10 +88,7 @@ class Layout(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> "Layout":
-        for member in cls:
-            if text == member.key:
-                return member
-        raise ValueError(f"unknown layout '{text}' (expected one of {', '.join(m.key for m in cls)})")
+        return _lookup(cls, text, "layout")
 
 
 class GemmVariant(enum.Enum):
@@ -99,10 +101,7 @@ class GemmVariant(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> "GemmVariant":
-        for member in cls:
-            if text == member.key:
-                return member
-        raise ValueError(f"unknown variant '{text}' (expected standard or stream_k)")
+        return _lookup(cls, text, "variant")
 
 
 class Reduction(enum.Enum):
@@ -117,10 +116,7 @@ class Reduction(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> "Reduction":
-        for member in cls:
-            if text == member.key:
-                return member
-        raise ValueError(f"unknown reduction '{text}' (expected atomic or deterministic)")
+        return _lookup(cls, text, "reduction")
 
 
 class Direction(enum.Enum):
@@ -137,10 +133,7 @@ class Direction(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> "Direction":
-        for member in cls:
-            if text in (member.key, member.token):
-                return member
-        raise ValueError(f"unknown direction '{text}' (expected fwd, bwd_data or bwd_weight)")
+        return _lookup(cls, text, "direction", ("key", "token"))
 
     @classmethod
     def from_code(cls, code: int) -> "Direction":

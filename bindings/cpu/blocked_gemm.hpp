@@ -18,7 +18,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
+
+#include "dispatcher.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -97,6 +100,16 @@ struct Buffer {
     Buffer& operator=(const Buffer&) = delete;
 };
 
+// This thread's slice of a per-thread scratch buffer.
+inline float* thread_slice(const Buffer& buffer, size_t floats_per_thread) {
+#ifdef _OPENMP
+    return buffer.data + floats_per_thread * omp_get_thread_num();
+#else
+    (void)floats_per_thread;
+    return buffer.data;
+#endif
+}
+
 template <int TM, int TN, int TK, int MR, int NR>
 struct Engine {
     static constexpr int TMP = ((TM + MR - 1) / MR) * MR;
@@ -160,17 +173,31 @@ struct Engine {
         Buffer scratch(scratch_floats * threads);
 #pragma omp parallel num_threads(threads)
         {
-#ifdef _OPENMP
-            float* mine = scratch.data + scratch_floats * omp_get_thread_num();
-#else
-            float* mine = scratch.data;
-#endif
+            float* mine = thread_slice(scratch, scratch_floats);
 #pragma omp for schedule(dynamic, 1)
             for (int64_t t = 0; t < s.tiles; ++t) {
                 tile_partial(op, s, t, 0, s.iters, mine);
                 store_tile(op, s, t, mine);
             }
         }
+    }
+
+    // Stream-K with a caller's workspace (checked against what the plan needs) or, when
+    // there is none, one of its own. TD_OK or TD_REJECTED (with the message set).
+    template <class Op>
+    static int run_stream_k_checked(const Op& op, int64_t workers, bool atomic, void* ws, size_t ws_bytes) {
+        const auto sk = plan(op, workers);
+        const size_t need = workspace_bytes(sk, atomic);
+        if (ws && ws_bytes < need)
+            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
+                                         std::to_string(need));
+        if (ws) {
+            run_stream_k(op, sk, atomic, ws);
+        } else {
+            Buffer own(need / sizeof(float) + 1);
+            run_stream_k(op, sk, atomic, own.data);
+        }
+        return TD_OK;
     }
 
     // ---- stream-K
@@ -227,11 +254,7 @@ struct Engine {
         if (atomic && nsplit) std::memset(workspace, 0, workspace_bytes(sk, true));
 #pragma omp parallel num_threads(threads)
         {
-#ifdef _OPENMP
-            float* mine = scratch.data + scratch_floats * omp_get_thread_num();
-#else
-            float* mine = scratch.data;
-#endif
+            float* mine = thread_slice(scratch, scratch_floats);
 #pragma omp for schedule(dynamic, 1)
             for (int64_t w = 0; w < sk.workers; ++w) {
                 const int64_t b = sk.begin(w), e = sk.begin(w + 1);

@@ -131,18 +131,7 @@ struct GemmKernelImpl {
             Eng::run_data_parallel(ops);
             return TD_OK;
         }
-        const auto sk = Eng::plan(ops, workers(p));
-        const size_t need = Eng::workspace_bytes(sk, Reduction == 0);
-        if (ws && ws_bytes < need)
-            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
-                                         std::to_string(need));
-        if (ws) {
-            Eng::run_stream_k(ops, sk, Reduction == 0, ws);
-        } else {
-            Buffer own(need / sizeof(float) + 1);
-            Eng::run_stream_k(ops, sk, Reduction == 0, own.data);
-        }
-        return TD_OK;
+        return Eng::run_stream_k_checked(ops, workers(p), Reduction == 0, ws, ws_bytes);
     }
 
     static constexpr GemmKernel entry(const char* name) {

@@ -6,12 +6,7 @@ from dataclasses import dataclass
 
 from . import _ffi
 from .codegen import Direction, DType, Layout
-
-
-def _coerce(obj, name, parser):
-    value = getattr(obj, name)
-    if isinstance(value, str):
-        object.__setattr__(obj, name, parser(value))
+from .codegen.model import _coerce
 
 
 @dataclass(frozen=True)
