@@ -185,7 +185,11 @@ def _parse_group(op, group, index, path):
 
 
 def parse_manifest(text: str, path: str) -> Manifest:
-    data = load_yaml(text, path)
+    return parse_manifest_data(load_yaml(text, path), path)
+
+
+def parse_manifest_data(data, path: str) -> Manifest:
+    """A manifest from already-loaded YAML (LineDict/LineList keep the lines)."""
     if not isinstance(data, LineDict):
         raise _error("the manifest must be a mapping with schema_version, gemm and conv", 1, path)
     for key in data:
@@ -216,9 +220,11 @@ def load_manifest(path) -> Manifest:
     return parse_manifest(text, path)
 
 
-def _group_configs(group: Group, targets, path):
+def _group_configs(group: Group, targets, path, reject=None):
     """Every variant of the group for the targets being built; the variants of its other
-    targets are checked too (a manifest error is an error on every machine)."""
+    targets are checked too (a manifest error is an error on every machine). With
+    `reject(description, reasons)` given (tile-engine sweeps), a variant a backend cannot
+    build is reported there instead of raising."""
     for target, target_line in group.targets:
         backend = backend_of(target)
         if not backend.implemented:
@@ -234,6 +240,11 @@ def _group_configs(group: Group, targets, path):
             knobs, knob_line = combo[-1]
             problems = knobs.problems(group.op, values["dtype"], values.get("layout"),
                                       values.get("variant"), values["tile"], target)
+            if problems and reject is not None:
+                if target in targets:
+                    what = " ".join(str(getattr(v, "key", "")) for k, v in values.items() if k != "tile").split()
+                    reject(f"{' '.join(what)} tile {list(values['tile'])} {knobs.token} {target}", problems)
+                continue
             if problems:
                 line = lines["tile"] if knob_line == group.line else knob_line
                 what = " ".join(str(getattr(v, "key", "")) for k, v in values.items() if k != "tile").split()
@@ -266,12 +277,12 @@ class Expansion:
     filtered_out: int
 
 
-def expand(manifest: Manifest, targets, kernel_filter: str | None = None) -> Expansion:
+def expand(manifest: Manifest, targets, kernel_filter: str | None = None, reject=None) -> Expansion:
     """The cartesian product of every group, for the given targets, filtered, sorted, unique."""
     targets = tuple(targets)
     seen, duplicates, filtered = {}, [], 0
     for group in manifest.groups:
-        for config in _group_configs(group, targets, manifest.path):
+        for config in _group_configs(group, targets, manifest.path, reject):
             if not matches(config.name, kernel_filter):
                 filtered += 1
                 continue

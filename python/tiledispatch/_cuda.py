@@ -39,3 +39,16 @@ def device_targets() -> tuple:
         return tuple(found)
     except (AttributeError, OSError):
         return ()
+
+
+def device_count() -> int:
+    """Visible NVIDIA GPUs (0 without a driver)."""
+    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
+    try:
+        cuda = ctypes.CDLL(name)
+        count = ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+        return count.value
+    except (OSError, AttributeError):
+        return 0

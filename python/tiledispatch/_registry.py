@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pathlib
 import warnings
 from importlib import resources
 
@@ -15,7 +16,12 @@ KERNELS_DIR = "_kernels"
 
 
 def kernels_dir():
-    """A Traversable of the installed `_kernels` folder (works in editable installs)."""
+    """A Traversable of the installed `_kernels` folder (works in editable installs), or
+    the folder named by TILEDISPATCH_KERNELS_DIR (a build directory: the tile engine's
+    workers load the libraries of their scratch build this way)."""
+    override = os.environ.get("TILEDISPATCH_KERNELS_DIR")
+    if override:
+        return pathlib.Path(override)
     return resources.files(__package__) / KERNELS_DIR
 
 

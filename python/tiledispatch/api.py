@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 from . import _ffi
+from .tile_engine import tuning
 from ._registry import registry
 from .arrays import _TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype
 from .codegen import Direction, DType, Layout
@@ -152,7 +153,8 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
     """
     if is_device_array(a) or is_device_array(b):
-        if kernel is None and layout is None and target is None and is_torch(a) and is_torch(b):
+        if (kernel is None and layout is None and target is None and is_torch(a) and is_torch(b)
+                and not tuning.table_paths(_device_target())):
             result = _torch_fast(a, b, out, alpha)
             if result is not None:
                 return result

@@ -168,6 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", default="", help="comma-separated globs over names")
     p.add_argument("--json", action="store_true", help="print the configs as JSON")
 
+    p = sub.add_parser("bench", help="tile engine: expand a sweep, build it, benchmark it, write a tuning table")
+    p.add_argument("--sweep", required=True, help="kernels.yaml fragment; tile sizes may be ranges")
+    p.add_argument("--problems", required=True, help="YAML/JSON list of problems (op: gemm|conv, sizes, dtype, ...)")
+    p.add_argument("--target", required=True)
+    p.add_argument("--out", default="tiledispatch-bench", help="output folder (build, CSV, JSON, tuning table)")
+    p.add_argument("--verify", action="store_true", help="check every result against the numpy reference")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds one kernel may take before it is MISSING")
+    p.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--source", help="the tiledispatch source tree (default: the current directory)")
+    p.add_argument("--plot", action="store_true", help="PNG charts per problem (needs matplotlib)")
+
+    p = sub.add_parser("tune", help="write a tuning table from bench results")
+    p.add_argument("--results", required=True, help="results.json written by tiledispatch bench")
+    p.add_argument("--out", required=True, help="tuning table to write (name it in TILEDISPATCH_TUNING)")
+
     p = sub.add_parser("registry", help="print the registry JSON (the package index, or one library's export)")
     p.add_argument("--op", choices=("gemm", "conv"))
     p.add_argument("--target")
@@ -188,6 +204,21 @@ def main(argv=None) -> int:
         return _run_json(cmd_gemm, args)
     if args.command == "conv":
         return _run_json(cmd_conv, args)
+    if args.command in ("bench", "tune"):
+        from .codegen.yamlsrc import ManifestError
+        from .tile_engine.bench import run_bench, write_tuning
+        try:
+            if args.command == "tune":
+                table = write_tuning(args.results, args.out)
+                print(f"wrote {args.out}: {len(table['entries'])} problems for target {table['target']}")
+                return 0
+            run_bench(args.sweep, args.problems, args.target, args.out, verify=args.verify, timeout=args.timeout,
+                      jobs=args.jobs, source=args.source, repeat=args.repeat, plot=args.plot)
+            return 0
+        except (ManifestError, RuntimeError, OSError, ValueError) as err:
+            print(f"{err}" if isinstance(err, ManifestError) else f"tiledispatch {args.command}: error: {err}",
+                  file=sys.stderr)
+            return 1
     try:
         return cmd_list(args) if args.command == "list" else cmd_registry(args)
     except TileDispatchError as err:

@@ -6,6 +6,7 @@ import ctypes
 import numpy as np
 
 from . import _ffi
+from .tile_engine import tuning
 from ._registry import registry
 from .arrays import DeviceArray, is_device_array, pointer
 from .errors import InvalidArgumentError
@@ -48,6 +49,7 @@ class Dispatcher:
         self.op = op
         self.target = target or reg.default_target(op)
         reg.library(op, self.target)  # fails now, with the list of what is built, if absent
+        self._names = None
 
     def __repr__(self) -> str:
         return f"Dispatcher(op={self.op!r}, target={self.target!r}, kernels={len(self.kernels)})"
@@ -77,8 +79,25 @@ class Dispatcher:
         fn = self.lib.td_gemm_is_supported if self.op == "gemm" else self.lib.td_conv_is_supported
         return self.lib.check(fn(self._problem(problem), self._kernel(kernel))) == 1
 
+    def tuned(self, problem) -> str | None:
+        """The first kernel the tuning tables rank for the nearest tuned problem that
+        supports this one; None without tables or entries."""
+        if not tuning.table_paths(self.target):
+            return None
+        if self._names is None:
+            self._names = {k.name for k in self.kernels}
+        for name in tuning.ranked_names(self.target, problem, self._names):
+            if self.is_supported(problem, name):
+                return name
+        return None
+
     def select(self, problem) -> str:
-        """The name of the kernel the dispatcher picks (UnsupportedProblemError if none)."""
+        """The kernel the dispatcher picks: the tuning table's first supporting kernel for
+        the nearest tuned problem, else the library's cost model (UnsupportedProblemError
+        if none)."""
+        tuned = self.tuned(problem)
+        if tuned is not None:
+            return tuned
         fn = self.lib.td_gemm_select if self.op == "gemm" else self.lib.td_conv_select
         return self.lib.name_call(fn, self._problem(problem))
 
@@ -105,6 +124,8 @@ class Dispatcher:
         None takes the current stream of a torch/cupy argument, else the default stream.
         """
         names = ("A", "B", "C") if self.op == "gemm" else ("input", "weight", "output")
+        if kernel is None:
+            kernel = self.tuned(problem)
         c_problem = self._problem(problem)
         values = (a, b, c)
         for value, name, need in zip(values, names, problem.required_elements()):

@@ -1,0 +1,125 @@
+"""Phase 3: worker processes (one per device), batches on stdin, per-kernel timeouts.
+
+A worker that dies or stops answering costs the kernel it was running (MISSING); a new
+worker takes the rest of the batch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+
+
+class Worker:
+    def __init__(self, device: str, kernels_dir: str):
+        self.device, self.kernels_dir = device, kernels_dir
+        self.proc = None
+        self.lines = None
+
+    def start(self):
+        env = dict(os.environ)
+        env["TILEDISPATCH_KERNELS_DIR"] = str(self.kernels_dir)
+        if self.device != "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = self.device
+        self.proc = subprocess.Popen([sys.executable, "-m", "tiledispatch.tile_engine.worker"], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _pump(proc, lines):
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)  # end of output: the worker exited
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def run_batch(self, batch: dict, timeout: float):
+        """Yields one result dict per kernel of the batch, MISSING for a crash or a hang."""
+        pending = list(batch["kernels"])
+        while pending:
+            if self.proc is None or self.proc.poll() is not None:
+                self.start()
+            self.proc.stdin.write(json.dumps({**batch, "kernels": pending}) + "\n")
+            self.proc.stdin.flush()
+            while pending:
+                try:
+                    line = self.lines.get(timeout=timeout)
+                except queue.Empty:
+                    line, why = None, f"no answer within {timeout:g} s"
+                else:
+                    why = "the worker process died"
+                if line is None:
+                    yield {"kernel": pending.pop(0), "status": "MISSING", "latency_ms": None, "tflops": None,
+                           "max_rel": None, "error": why}
+                    self.stop()
+                    break
+                result = json.loads(line)
+                if result.get("done"):
+                    if "pick" in result:
+                        yield {"pick": result["pick"]}
+                    break
+                if result["kernel"] == pending[0]:
+                    pending.pop(0)
+                yield result
+            else:
+                try:
+                    done = json.loads(self.lines.get(timeout=timeout) or "{}")  # the batch's {"done": ...}
+                except queue.Empty:
+                    self.stop()
+                    return
+                if "pick" in done:
+                    yield {"pick": done["pick"]}
+
+
+def devices_for(target: str) -> list:
+    if target == "cpu":
+        return ["cpu"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [d for d in visible.split(",") if d.strip()]
+    from .._cuda import device_count
+    return [str(i) for i in range(max(1, device_count()))]
+
+
+def run(jobs, target: str, kernels_dir, timeout: float, on_result=None) -> list:
+    """jobs: batches {"problem", "kernels", ...}; spread over one worker per device."""
+    todo = queue.Queue()
+    for job in jobs:
+        todo.put(job)
+    results, lock = [], threading.Lock()
+
+    def device_loop(device):
+        worker = Worker(device, kernels_dir)
+        try:
+            while True:
+                try:
+                    job = todo.get_nowait()
+                except queue.Empty:
+                    return
+                for result in worker.run_batch({**job, "target": target}, timeout):
+                    if "pick" in result:
+                        job["pick"] = result["pick"]
+                        continue
+                    result.update(problem=job["problem"], device=device)
+                    with lock:
+                        results.append(result)
+                        if on_result:
+                            on_result(result)
+        finally:
+            worker.stop()
+
+    threads = [threading.Thread(target=device_loop, args=(d,)) for d in devices_for(target)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

@@ -1,0 +1,118 @@
+"""Tuning tables: problem -> kernel names ranked by measured latency, per target.
+
+Written by `tiledispatch tune` from bench results; read from the tables shipped in
+`_kernels/tuning_<target>.json` and from the files named by TILEDISPATCH_TUNING
+(os.pathsep-separated). The dispatcher takes the nearest entry of the same kind
+(op, dtype, layout or direction and rank), distance = sum of |log| ratios of the sizes.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import warnings
+
+SCHEMA = 1
+
+
+def problem_spec(problem) -> dict:
+    """The JSON spec of a GemmProblem / ConvProblem (the problems-file format)."""
+    from ..problems import GemmProblem
+    if isinstance(problem, GemmProblem):
+        return {"op": "gemm", "M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype.key,
+                "layout": problem.layout.key}
+    return {"op": "conv", "N": problem.N, "G": problem.G, "C": problem.C, "K": problem.K,
+            "input": list(problem.input_size), "filter": list(problem.filter_size),
+            "stride": list(problem.stride), "pad": list(problem.padding), "dilation": list(problem.dilation),
+            "direction": problem.direction.key, "dtype": problem.dtype.key}
+
+
+def _kind(spec: dict) -> tuple:
+    if spec["op"] == "gemm":
+        return ("gemm", spec.get("dtype", "fp32"), spec.get("layout", "rcr"))
+    return ("conv", spec.get("dtype", "fp32"), spec.get("direction", "fwd"), len(spec["input"]))
+
+
+def _sizes(spec: dict) -> tuple:
+    if spec["op"] == "gemm":
+        return (spec["M"], spec["N"], spec["K"])
+    return (spec["N"] * spec["G"], spec["C"], spec["K"], math.prod(spec["input"]), math.prod(spec["filter"]))
+
+
+def distance(a: dict, b: dict) -> float:
+    return sum(abs(math.log(x / y)) for x, y in zip(_sizes(a), _sizes(b)))
+
+
+def make_table(results: list, target: str) -> dict:
+    """From bench results (one dict per kernel and problem): OK kernels ranked by latency."""
+    by_problem = {}
+    for r in results:
+        if r.get("status") != "OK" or r.get("latency_ms") is None:
+            continue
+        key = json.dumps(r["problem"], sort_keys=True)
+        by_problem.setdefault(key, []).append((r["latency_ms"], r["kernel"]))
+    entries = [{"problem": json.loads(k), "kernels": [name for _, name in sorted(v)]}
+               for k, v in sorted(by_problem.items())]
+    return {"schema_version": SCHEMA, "target": target, "entries": entries}
+
+
+@functools.lru_cache(maxsize=None)
+def _load(paths: tuple) -> list:
+    entries = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                table = json.load(f)
+        except (OSError, ValueError) as err:
+            warnings.warn(f"tuning table {path} ignored: {err}", RuntimeWarning, stacklevel=4)
+            continue
+        if table.get("schema_version") != SCHEMA:
+            warnings.warn(f"tuning table {path} ignored: schema {table.get('schema_version')}, expected {SCHEMA}",
+                          RuntimeWarning, stacklevel=4)
+            continue
+        entries += [(table.get("target"), e, path) for e in table.get("entries", [])]
+    return entries
+
+
+def table_paths(target: str) -> tuple:
+    return _table_paths(target, os.environ.get("TILEDISPATCH_TUNING", ""), os.environ.get("TILEDISPATCH_KERNELS_DIR", ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _table_paths(target: str, env_tables: str, env_kernels: str) -> tuple:
+    from .._registry import kernels_dir
+    paths = []
+    shipped = kernels_dir() / f"tuning_{target}.json"
+    if shipped.is_file():
+        paths.append(str(shipped))
+    paths += [p for p in env_tables.split(os.pathsep) if p]
+    return tuple(paths)
+
+
+_warned: set = set()
+
+
+def ranked_names(target: str, problem, registered: set) -> list:
+    """Kernel names the tables rank for the nearest tuned problem ([] when none)."""
+    spec = problem_spec(problem)
+    kind = _kind(spec)
+    best, best_d = None, math.inf
+    for table_target, entry, path in _load(table_paths(target)):
+        if table_target != target or _kind(entry["problem"]) != kind:
+            continue
+        d = distance(spec, entry["problem"])
+        if d < best_d:
+            best, best_d = (entry, path), d
+    if best is None:
+        return []
+    entry, path = best
+    names = []
+    for name in entry["kernels"]:
+        if name in registered:
+            names.append(name)
+        elif (path, name) not in _warned:
+            _warned.add((path, name))
+            warnings.warn(f"tuning table {path} names {name}, which this installation does not have; ignored",
+                          RuntimeWarning, stacklevel=4)
+    return names

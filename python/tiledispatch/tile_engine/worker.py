@@ -1,0 +1,118 @@
+"""A benchmark worker: `python -m tiledispatch.tile_engine.worker`.
+
+Reads one JSON batch per line on stdin — {"target", "problem", "kernels", "warmup",
+"repeat", "verify", "seed"} — and prints one JSON line per kernel — {"kernel", "status",
+"latency_ms", "tflops", "max_rel"} — then {"done": true}. Statuses: OK, ZERO (all outputs
+zero where the reference is not), MISMATCH, FAILED (the call raised), UNSUPPORTED.
+The libraries come from TILEDISPATCH_KERNELS_DIR (the sweep's build directory).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def problem_from(spec: dict):
+    from .. import ConvProblem, GemmProblem
+    if spec["op"] == "gemm":
+        return GemmProblem(spec["M"], spec["N"], spec["K"], spec.get("dtype", "fp32"), spec.get("layout", "rcr"))
+    return ConvProblem(spec["N"], spec["G"], spec["C"], spec["K"], tuple(spec["input"]), tuple(spec["filter"]),
+                       spec.get("stride", 1), spec.get("pad", 0), spec.get("dilation", 1),
+                       spec.get("direction", "fwd"), spec.get("dtype", "fp32"))
+
+
+class Case:
+    """Inputs, output and reference of one problem, made once per batch."""
+
+    def __init__(self, spec: dict, seed: int, verify: bool):
+        from .. import reference
+        from ..arrays import numpy_dtype, random
+        from ..codegen import Direction
+        self.problem = p = problem_from(spec)
+        rng = np.random.default_rng(seed)
+        out_dtype = numpy_dtype(p.dtype.out)
+        if spec["op"] == "gemm":
+            a, b = random((p.M, p.K), p.dtype, rng), random((p.K, p.N), p.dtype, rng)
+            self.out = np.empty((p.M, p.N), out_dtype)
+            self.args = (a if p.layout.a_row else np.asfortranarray(a),
+                         b if p.layout.b_row else np.asfortranarray(b), self.out)
+            self.k = p.K
+            self.ref = reference.gemm(a, b) if verify else None
+        else:
+            x, w, dy = (random(s, p.dtype, rng) for s in (p.input_shape, p.weight_shape, p.output_shape))
+            if p.direction is Direction.FWD:
+                self.out = np.empty(p.output_shape, out_dtype)
+                self.args, refs = (x, w, self.out), {"x": x, "w": w}
+            elif p.direction is Direction.BWD_DATA:
+                self.out = np.empty(p.input_shape, out_dtype)
+                self.args, refs = (self.out, w, dy), {"dy": dy, "w": w}
+            else:
+                self.out = np.empty(p.weight_shape, out_dtype)
+                self.args, refs = (x, self.out, dy), {"x": x, "dy": dy}
+            self.k = p.reduction_length
+            self.ref = reference.conv(p, **refs) if verify else None
+
+
+def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) -> dict:
+    from .. import reference
+    out = {"kernel": name, "status": "OK", "latency_ms": None, "tflops": None, "max_rel": None}
+    if os.environ.get("TILEDISPATCH_TEST_CRASH") == name:
+        os.abort()  # tests: a kernel that takes the process down
+    if os.environ.get("TILEDISPATCH_TEST_HANG") == name:
+        time.sleep(3600)  # tests: a kernel that never returns
+    try:
+        if not d.is_supported(case.problem, name):
+            out["status"] = "UNSUPPORTED"
+            return out
+        case.out[...] = np.nan
+        for _ in range(warmup):
+            d.run(case.problem, *case.args, kernel=name)
+        times = [d.run(case.problem, *case.args, kernel=name) for _ in range(max(1, repeat))]
+    except Exception as err:  # noqa: BLE001 - reported as FAILED
+        out.update(status="FAILED", error=str(err))
+        return out
+    ms = statistics.median(times)
+    out["latency_ms"] = ms
+    out["tflops"] = case.problem.flops / (ms * 1e-3) / 1e12 if ms > 0 else None
+    if verify and case.ref is not None:
+        ref, mag = case.ref
+        got = case.out.astype(np.float64)
+        err = np.abs(got - ref)
+        out["max_rel"] = float(np.nanmax(err / (mag + 1e-30))) if err.size else 0.0
+        if not reference.compare(case.out, ref, mag, case.problem.dtype, case.k)["ok"]:
+            zero = not np.any(got) and np.any(ref)
+            out["status"] = "ZERO" if zero else "MISMATCH"
+    return out
+
+
+def main() -> int:
+    from ..dispatcher import Dispatcher
+    dispatchers = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        batch = json.loads(line)
+        spec = batch["problem"]
+        key = (spec["op"], batch["target"])
+        if key not in dispatchers:
+            dispatchers[key] = Dispatcher(*key)
+        case = Case(spec, batch.get("seed", 0), batch.get("verify", False))
+        for name in batch["kernels"]:
+            result = measure(dispatchers[key], case, name, batch.get("warmup", 1), batch.get("repeat", 5),
+                             batch.get("verify", False))
+            print(json.dumps(result), flush=True)
+        try:
+            pick = dispatchers[key].select(case.problem)
+        except Exception:  # noqa: BLE001 - no kernel for the problem: no pick
+            pick = None
+        print(json.dumps({"done": True, "pick": pick}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

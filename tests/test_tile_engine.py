@@ -1,0 +1,147 @@
+"""The tile engine on the cpu target: sweep expansion with ranges, scratch build,
+isolated workers (a crash and a hang cost one kernel each), CSV/JSON/tuning outputs, and
+the dispatcher reading a tuning table."""
+import csv
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import tiledispatch as td
+from tiledispatch.codegen.yamlsrc import ManifestError
+from tiledispatch.tile_engine import runner
+from tiledispatch.tile_engine.bench import load_problems, run_bench
+from tiledispatch.tile_engine.sweep import expand_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = """\
+schema_version: 1
+gemm:
+  - dtype: fp32
+    layout: rcr
+    tile:
+      m: {values: [48, 96, 50]}
+      n: {min: 64, max: 128, step: 64}
+      k: 128
+    targets: [cpu]
+    cpu: {micro_tile: [6, 16]}
+"""
+PROBLEMS = """\
+- {op: gemm, M: 200, N: 300, K: 400}
+- {op: gemm, M: 64, N: 64, K: 64}
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_sweep_ranges_expand_and_rejections_are_counted_with_reasons(tmp_path):
+    exp = expand_sweep(write(tmp_path, "s.yaml", SWEEP), "cpu")
+    assert sorted(c.tile for c in exp.configs) == [(48, 64, 128), (48, 128, 128), (96, 64, 128), (96, 128, 128)]
+    assert len(exp.rejected) == 2
+    assert all("tile M 50 is not a multiple of the micro tile rows 6" in why[0] for _, why in exp.rejected)
+
+
+@pytest.mark.parametrize("bad, line, message", [
+    ("m: {values: [48, 96, 50]}", 6, "tile.m: a list of integers"),
+    ("n: {min: 64, max: 128, step: 64}", 7, "tile.n: min <= max and a positive step"),
+    ("k: 128", 5, "'tile' ranges need k"),
+])
+def test_malformed_sweeps_fail_with_file_and_line(tmp_path, bad, line, message):
+    broken = {"m: {values: [48, 96, 50]}": "m: {values: [48, x]}",
+              "n: {min: 64, max: 128, step: 64}": "n: {min: 128, max: 64}",
+              "k: 128": ""}[bad]
+    path = write(tmp_path, "bad.yaml", SWEEP.replace(bad, broken))
+    with pytest.raises(ManifestError) as info:
+        expand_sweep(path, "cpu")
+    assert str(info.value).startswith(f"{path}:{line}: "), str(info.value)
+    assert message in str(info.value)
+
+
+def test_malformed_problems_fail_with_file_and_line(tmp_path):
+    path = write(tmp_path, "p.yaml", "- {op: gemm, M: 1, N: 2}\n")
+    with pytest.raises(ManifestError, match=r"p.yaml:1: gemm problem without K"):
+        load_problems(path)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    out = tmp / "out"
+    report = run_bench(write(tmp, "s.yaml", SWEEP), write(tmp, "p.yaml", PROBLEMS), "cpu", out, verify=True,
+                       timeout=30, source=ROOT, log=lambda *a: None)
+    return out, report
+
+
+def test_bench_end_to_end_on_cpu(swept):
+    out, report = swept
+    assert len(report["built"]) == 4 and report["failed"] == {}
+    assert len(report["results"]) == 8
+    assert {r["status"] for r in report["results"]} == {"OK"}
+    assert all(r["latency_ms"] > 0 and r["max_rel"] < 1e-5 for r in report["results"])
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"OK"}
+    assert set(rows[0]) >= {"kernel", "problem", "M", "N", "K", "device", "latency_ms", "tflops", "max_rel", "status"}
+    table = json.loads((out / "tuning_cpu.json").read_text())
+    assert table["target"] == "cpu" and len(table["entries"]) == 2
+    for entry in table["entries"]:
+        assert sorted(entry["kernels"]) == sorted(report["built"])
+    assert all(pick in report["built"] for pick in report["picks"].values())
+
+
+def test_a_crashing_and_a_hanging_kernel_cost_one_kernel_each(swept, monkeypatch):
+    out, report = swept
+    names = sorted(report["built"])
+    monkeypatch.setenv("TILEDISPATCH_TEST_CRASH", names[0])
+    monkeypatch.setenv("TILEDISPATCH_TEST_HANG", names[2])
+    job = {"problem": {"op": "gemm", "M": 100, "N": 100, "K": 100, "dtype": "fp32", "layout": "rcr"},
+           "kernels": names, "verify": True, "repeat": 2}
+    results = runner.run([job], "cpu", out / "build", timeout=5)
+    status = {r["kernel"]: r["status"] for r in results}
+    assert status == {names[0]: "MISSING", names[1]: "OK", names[2]: "MISSING", names[3]: "OK"}
+    errors = {r["kernel"]: r.get("error") for r in results}
+    assert errors[names[0]] == "the worker process died"
+    assert errors[names[2]] == "no answer within 5 s"
+
+
+def test_the_dispatcher_reads_a_tuning_table_nearest_first(tmp_path, monkeypatch):
+    d = td.Dispatcher("gemm", "cpu")
+    problem = td.GemmProblem(2048, 2048, 2048)
+    model_pick = d.select(problem)
+    other = next(k.name for k in d.kernels
+                 if k.dtype.key == "fp32" and k.layout.key == "rcr" and k.name != model_pick)
+    table = {"schema_version": 1, "target": "cpu", "entries": [
+        {"problem": {"op": "gemm", "M": 2000, "N": 2000, "K": 2000, "dtype": "fp32", "layout": "rcr"},
+         "kernels": ["gemm_fp32_rcr_standard_8x16x8_r4x8_cpu", other]},
+        {"problem": {"op": "gemm", "M": 16, "N": 16, "K": 16, "dtype": "fp32", "layout": "rcr"},
+         "kernels": [model_pick]}]}
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert d.select(problem) == other  # nearest entry; its unknown kernel skipped
+    assert any("gemm_fp32_rcr_standard_8x16x8_r4x8_cpu" in str(w.message) for w in caught)
+    assert d.select(td.GemmProblem(20, 20, 20)) == model_pick
+    assert d.select(td.GemmProblem(20, 20, 20, "bf16")) == td.Dispatcher("gemm", "cpu").lib.name_call(
+        d.lib.td_gemm_select, d._problem(td.GemmProblem(20, 20, 20, "bf16")))  # no bf16 entry: the model
+
+
+def test_cli_bench_and_tune(swept, tmp_path):
+    import subprocess
+    out, _ = swept
+    proc = subprocess.run([sys.executable, "-m", "tiledispatch", "tune", "--results", str(out / "results.json"),
+                           "--out", str(tmp_path / "t.json")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 problems for target cpu" in proc.stdout
+    assert json.loads((tmp_path / "t.json").read_text())["entries"]
+    bad = write(tmp_path, "bad.yaml", SWEEP.replace("dtype: fp32", "dtype: fp64"))
+    proc = subprocess.run([sys.executable, "-m", "tiledispatch", "bench", "--sweep", str(bad), "--problems",
+                           str(bad), "--target", "cpu"], capture_output=True, text=True)
+    assert proc.returncode == 1 and f"{bad}:3: unknown dtype 'fp64'" in proc.stderr
