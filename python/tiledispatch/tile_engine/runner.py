@@ -65,7 +65,7 @@ class Worker:
                 result = json.loads(line)
                 if result.get("done"):
                     if "pick" in result:
-                        yield {"pick": result["pick"]}
+                        yield {"pick": result["pick"], "model_pick": result.get("model_pick")}
                     break
                 if result["kernel"] == pending[0]:
                     pending.pop(0)
@@ -77,7 +77,7 @@ class Worker:
                     self.stop()
                     return
                 if "pick" in done:
-                    yield {"pick": done["pick"]}
+                    yield {"pick": done["pick"], "model_pick": done.get("model_pick")}
 
 
 def devices_for(target: str) -> list:
@@ -107,7 +107,7 @@ def run(jobs, target: str, kernels_dir, timeout: float, on_result=None) -> list:
                     return
                 for result in worker.run_batch({**job, "target": target}, timeout):
                     if "pick" in result:
-                        job["pick"] = result["pick"]
+                        job["pick"], job["model_pick"] = result["pick"], result.get("model_pick")
                         continue
                     result.update(problem=job["problem"], device=device)
                     with lock:

@@ -106,11 +106,14 @@ def main() -> int:
             result = measure(dispatchers[key], case, name, batch.get("warmup", 1), batch.get("repeat", 5),
                              batch.get("verify", False))
             print(json.dumps(result), flush=True)
+        d = dispatchers[key]
         try:
-            pick = dispatchers[key].select(case.problem)
+            pick = d.select(case.problem)  # tuning tables first, then the cost model
+            fn = d.lib.td_gemm_select if d.op == "gemm" else d.lib.td_conv_select
+            model_pick = d.lib.name_call(fn, d._problem(case.problem))  # the cost model alone
         except Exception:  # noqa: BLE001 - no kernel for the problem: no pick
-            pick = None
-        print(json.dumps({"done": True, "pick": pick}), flush=True)
+            pick = model_pick = None
+        print(json.dumps({"done": True, "pick": pick, "model_pick": model_pick}), flush=True)
     return 0
 
 
