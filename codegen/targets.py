@@ -1,6 +1,7 @@
 """Resolving `gpu_targets` (the `auto` value finds the GPUs of the build machine)."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -31,6 +32,21 @@ def detect_gpus() -> list[str]:
     return found
 
 
+def _missing_toolchain(target: str) -> str:
+    """What a detected GPU target lacks to be built here ('' when nothing)."""
+    from .toolchain import cutlass_include_dirs
+    if backend_of(target).key == "cuda":
+        if target != "sm_90a":
+            return f"the cuda backend builds sm_90a only in this version, not {target}"
+        if not (shutil.which("nvcc") or os.environ.get("CUDACXX")):
+            return "nvcc is not on PATH"
+        try:
+            cutlass_include_dirs()
+        except ValueError:
+            return "the CUTLASS headers are not installed (pip install --no-deps nvidia-cutlass)"
+    return ""
+
+
 def resolve(requested: list[str], warn) -> list[str]:
     """The build's targets: `auto` is cpu plus each detected GPU whose backend this version has."""
     out = []
@@ -42,11 +58,15 @@ def resolve(requested: list[str], warn) -> list[str]:
             candidates = ["cpu"]
             for gpu in detect_gpus():
                 backend = backend_of(gpu)
-                if backend.implemented:
-                    candidates.append(gpu)
-                else:
+                missing = _missing_toolchain(gpu)
+                if not backend.implemented:
                     warn(f"found a {gpu} GPU, but the {backend.key} backend is not part of this "
                          f"version: building the cpu target only")
+                elif missing:
+                    warn(f"found a {gpu} GPU, but {missing}: building without it "
+                         f"(-Dgpu_targets={gpu} makes that an error)")
+                else:
+                    candidates.append(gpu)
         else:
             if item not in KNOWN_TARGETS:
                 raise ValueError(f"unknown target '{item}' in gpu_targets "

@@ -229,3 +229,17 @@ def test_conv_layouts_imply_rank_and_partner_layouts():
     assert ConvLayout.NWGC.ndim == 1 and ConvLayout.NWGC.weight_layout == "GKXC"
     with pytest.raises(ValueError):
         ConvLayout.parse("NHWGC,GKXC,NHWGK")
+
+
+def test_auto_targets_skip_gpus_this_machine_cannot_build(monkeypatch):
+    from codegen import targets, toolchain
+    monkeypatch.setattr(targets, "detect_gpus", lambda: ["sm_90a", "gfx942"])
+    monkeypatch.setattr(targets.shutil, "which", lambda name: "/usr/bin/nvcc" if name == "nvcc" else None)
+    messages = []
+    monkeypatch.setattr(toolchain.importlib.util, "find_spec", lambda name: None)
+    assert targets.resolve(["auto"], messages.append) == ["cpu"]
+    assert any("CUTLASS headers are not installed" in m for m in messages)
+    assert any("gfx942" in m and "hip backend is not part of this version" in m for m in messages)
+    with pytest.raises(ValueError, match="unknown target 'sm_99'"):
+        targets.resolve(["cpu", "sm_99"], messages.append)
+    assert targets.resolve(["cpu", "sm_90a"], messages.append) == ["cpu", "sm_90a"]  # explicit: kept
