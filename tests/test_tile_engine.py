@@ -145,3 +145,21 @@ def test_cli_bench_and_tune(swept, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tiledispatch", "bench", "--sweep", str(bad), "--problems",
                            str(bad), "--target", "cpu"], capture_output=True, text=True)
     assert proc.returncode == 1 and f"{bad}:3: unknown dtype 'fp64'" in proc.stderr
+
+
+def test_the_ray_executor_runs_the_same_protocol_on_a_local_cluster(swept):
+    ray = pytest.importorskip("ray", reason="ray is an optional extra (pip install 'tiledispatch[ray]'); "
+                                            "CI installs it for this test")
+    from tiledispatch.tile_engine import ray_executor
+    out, report = swept
+    names = sorted(report["built"])
+    jobs = [{"problem": {"op": "gemm", "M": m, "N": 96, "K": 80, "dtype": "fp32", "layout": "rcr"},
+             "kernels": names, "verify": True, "repeat": 2} for m in (40, 130)]
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        results = ray_executor.run(jobs, "cpu", out / "build", timeout=60)
+    finally:
+        ray.shutdown()
+    assert len(results) == 2 * len(names)
+    assert {r["status"] for r in results} == {"OK"}
+    assert all(job.get("pick") in names for job in jobs)

@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--source", help="the tiledispatch source tree (default: the current directory)")
     p.add_argument("--plot", action="store_true", help="PNG charts per problem (needs matplotlib)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the batches as Ray tasks (a local cluster, or the one at ADDRESS); needs ray")
 
     p = sub.add_parser("tune", help="write a tuning table from bench results")
     p.add_argument("--results", required=True, help="results.json written by tiledispatch bench")
@@ -213,7 +215,7 @@ def main(argv=None) -> int:
                 print(f"wrote {args.out}: {len(table['entries'])} problems for target {table['target']}")
                 return 0
             run_bench(args.sweep, args.problems, args.target, args.out, verify=args.verify, timeout=args.timeout,
-                      jobs=args.jobs, source=args.source, repeat=args.repeat, plot=args.plot)
+                      jobs=args.jobs, source=args.source, repeat=args.repeat, plot=args.plot, ray_address=args.ray)
             return 0
         except (ManifestError, RuntimeError, OSError, ValueError) as err:
             print(f"{err}" if isinstance(err, ManifestError) else f"tiledispatch {args.command}: error: {err}",

@@ -62,7 +62,7 @@ def label(spec) -> str:
 
 
 def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60.0, jobs=None, source=None,
-              repeat=5, warmup=1, plot=False, log=print) -> dict:
+              repeat=5, warmup=1, plot=False, log=print, ray_address=None) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -98,7 +98,12 @@ def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60
         sys.stderr.write(f"\r  {done[0]}/{total} {result['status']:<11}")
         sys.stderr.flush()
 
-    results = runner.run(jobs_list, target, built.build_dir, timeout, on_result=progress)
+    if ray_address is not None:
+        from . import ray_executor
+        results = ray_executor.run(jobs_list, target, built.build_dir, timeout, address=ray_address or None,
+                                   on_result=progress)
+    else:
+        results = runner.run(jobs_list, target, built.build_dir, timeout, on_result=progress)
     sys.stderr.write("\n")
     for name in built.failed:
         for spec in problems:

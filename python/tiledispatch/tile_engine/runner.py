@@ -22,7 +22,7 @@ class Worker:
     def start(self):
         env = dict(os.environ)
         env["TILEDISPATCH_KERNELS_DIR"] = str(self.kernels_dir)
-        if self.device != "cpu":
+        if self.device not in ("cpu", "inherit"):  # inherit: keep what Ray (or the caller) set
             env["CUDA_VISIBLE_DEVICES"] = self.device
         self.proc = subprocess.Popen([sys.executable, "-m", "tiledispatch.tile_engine.worker"], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
