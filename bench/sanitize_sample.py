@@ -4,7 +4,6 @@ import numpy as np
 import tiledispatch as td
 from tiledispatch import reference
 from tiledispatch.arrays import random
-from tiledispatch.codegen import DType, GemmVariant
 
 d = td.Dispatcher("gemm")
 rng = np.random.default_rng(1)

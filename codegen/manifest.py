@@ -8,13 +8,12 @@ from __future__ import annotations
 import fnmatch
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 
 from .model import (
     KNOBS_BY_BACKEND, SCHEMA_VERSION, Backend, ConvKernelConfig, ConvLayout,
     Direction, DType, GemmKernelConfig, GemmVariant, Layout, Reduction, backend_of, check_target,
 )
-from .yamlsrc import LineDict, LineList, ManifestError, load_yaml
+from .yamlsrc import LineDict, LineList, ManifestError, load_yaml, read_source
 
 TOP_KEYS = ("schema_version", "gemm", "conv")
 COMMON_KEYS = ("name", "dtype", "tile", "targets")
@@ -212,12 +211,7 @@ def parse_manifest_data(data, path: str) -> Manifest:
 
 
 def load_manifest(path) -> Manifest:
-    path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ManifestError(f"cannot read manifest: {err.strerror}", None, path) from None
-    return parse_manifest(text, path)
+    return parse_manifest(read_source(path, "manifest"), str(path))
 
 
 def _group_configs(group: Group, targets, path, reject=None):

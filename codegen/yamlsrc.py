@@ -97,3 +97,12 @@ def load_yaml(text: str, path: str):
         raise ManifestError(f"invalid YAML: {err.problem or err}", line, path) from None
     except yaml.YAMLError as err:
         raise ManifestError(f"invalid YAML: {err}", None, path) from None
+
+
+def read_source(path, what: str) -> str:
+    """A manifest-like file's text; an unreadable file is a ManifestError naming it."""
+    from pathlib import Path
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ManifestError(f"cannot read {what}: {err.strerror}", None, str(path)) from None

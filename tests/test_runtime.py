@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import tiledispatch as td
-from tiledispatch import _ffi, reference
+from tiledispatch import reference
 from tiledispatch.arrays import numpy_dtype, random
-from tiledispatch.codegen import Direction, DType, GemmVariant, Layout
+from tiledispatch.codegen import Direction, DType, GemmVariant
 
 GEMM = td.Dispatcher("gemm", "cpu")
 CONV = td.Dispatcher("conv", "cpu")

@@ -3,7 +3,6 @@ isolated workers (a crash and a hang cost one kernel each), CSV/JSON/tuning outp
 the dispatcher reading a tuning table."""
 import csv
 import json
-import os
 import sys
 import warnings
 from pathlib import Path

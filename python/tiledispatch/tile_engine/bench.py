@@ -7,9 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-from ..codegen.yamlsrc import ManifestError, load_yaml
+from ..codegen.yamlsrc import ManifestError, load_yaml, read_source
 from . import build as build_phase
 from . import runner
 from .sweep import expand_sweep
@@ -21,11 +19,7 @@ CSV_FIELDS = ["kernel", "problem", "M", "N", "K", "N_batch", "G", "C", "K_out", 
 
 def load_problems(path) -> list:
     path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ManifestError(f"cannot read problems: {err.strerror}", None, path) from None
-    data = load_yaml(text, path)
+    data = load_yaml(read_source(path, "problems"), path)
     items = data.get("problems") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise ManifestError("a problems file is a list (or {problems: [...]}) of problems", 1, path)

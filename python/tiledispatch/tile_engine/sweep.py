@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
 from ..codegen.manifest import expand, parse_manifest_data
-from ..codegen.yamlsrc import LineDict, LineList, ManifestError, load_yaml
+from ..codegen.yamlsrc import LineDict, LineList, ManifestError, load_yaml, read_source
 
 
 @dataclass(frozen=True)
@@ -66,13 +65,9 @@ def _expand_product(container, key, axes, path):
     container[key] = items
 
 
-def load_sweep(path) -> "Manifest":  # noqa: F821
+def load_sweep(path):
     path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ManifestError(f"cannot read sweep: {err.strerror}", None, path) from None
-    data = load_yaml(text, path)
+    data = load_yaml(read_source(path, "sweep"), path)
     if isinstance(data, LineDict):
         for op in ("gemm", "conv"):
             for group in data.get(op) or []:
