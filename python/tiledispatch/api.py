@@ -81,6 +81,16 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
 _TORCH_FAST: dict = {}
 
 
+def _strided_order(strides, rows: int, cols: int):
+    """(row_major, ld) of a (rows x cols) matrix with element strides, or None."""
+    s0, s1 = strides
+    if s1 == 1 and s0 >= cols:
+        return True, s0
+    if s0 == 1 and s1 >= rows:
+        return False, s1
+    return None
+
+
 def _torch_fast(a, b, out, alpha):
     """td.gemm on two torch CUDA tensors with the dispatcher's choice: the lean path that
     keeps the host overhead near the cost of one ctypes call. None when it does not apply."""
@@ -98,20 +108,10 @@ def _torch_fast(a, b, out, alpha):
     K2, N = b.shape
     if K != K2:
         return None
-    sa0, sa1 = a.stride()
-    sb0, sb1 = b.stride()
-    if sa1 == 1 and sa0 >= K:
-        a_row, lda = True, sa0
-    elif sa0 == 1 and sa1 >= M:
-        a_row, lda = False, sa1
-    else:
+    a_order, b_order = _strided_order(a.stride(), M, K), _strided_order(b.stride(), K, N)
+    if a_order is None or b_order is None:
         return None
-    if sb1 == 1 and sb0 >= N:
-        b_row, ldb = True, sb0
-    elif sb0 == 1 and sb1 >= K:
-        b_row, ldb = False, sb1
-    else:
-        return None
+    (a_row, lda), (b_row, ldb) = a_order, b_order
     if out is None:
         out = torch.empty((M, N), dtype=_TORCH_OUT[dtype], device=a.device)
     elif out.shape != (M, N) or out.dtype != _TORCH_OUT[dtype] or out.stride(1) != 1 or out.device != a.device:
