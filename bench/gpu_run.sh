@@ -2,11 +2,12 @@
 # One run on a GPU machine (the H200 through the device tool): build and install the
 # cpu + sm_90a libraries, run the GPU tests, memcheck a sample of kernels, benchmark
 # against cuBLAS. Logs go to $OUT; a short table is printed last.
-#   bash bench/gpu_run.sh [all|build|test|bench]
+#   bash bench/gpu_run.sh [all|build|test|bench|conv]...   (several: build conv)
+#   KERNEL_FILTER='conv_*,*_cpu' bash bench/gpu_run.sh build conv   builds only those variants
 set -uo pipefail
 OUT=${OUT:-/tmp/td-out}
 mkdir -p "$OUT"
-what=${1:-all}
+what=" ${*:-all} "
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -14,18 +15,20 @@ if [ -d .whl ]; then
 fi
 step() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
 
-if [ "$what" = all ] || [ "$what" = build ]; then
+want() { [[ "$what" == *" all "* || "$what" == *" $1 "* ]]; }
+if want build; then
   step "build cpu + sm_90a ($(nproc) cores)"
   start=$(date +%s)
   python3 -m pip install -v --no-build-isolation --no-deps --no-index \
-    -Csetup-args=-Dgpu_targets=cpu,sm_90a -Ccompile-args=-j$(nproc) . > "$OUT/install.log" 2>&1
+    -Csetup-args=-Dgpu_targets=cpu,sm_90a ${KERNEL_FILTER:+"-Csetup-args=-Dkernel_filter=$KERNEL_FILTER"} \
+    -Ccompile-args=-j$(nproc) . > "$OUT/install.log" 2>&1
   rc=$?
   grep -E "error|Error" "$OUT/install.log" | head -20
   echo "install rc=$rc in $(( $(date +%s) - start )) s"
   [ $rc = 0 ] || exit $rc
 fi
 cd /tmp  # import the installed package, not the source tree
-if [ "$what" = all ] || [ "$what" = test ]; then
+if want test; then
   step "gpu_helper"
   helper=$(python3 -c "import tiledispatch._registry as r; print(r.kernels_dir() / 'gpu_helper')")
   "$helper" 4096 4096 4096 --validate; echo
@@ -35,7 +38,13 @@ if [ "$what" = all ] || [ "$what" = test ]; then
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 "$OLDPWD/bench/sanitize_sample.py" > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; tail -4 "$OUT/memcheck.log"
 fi
-if [ "$what" = all ] || [ "$what" = bench ]; then
+if want conv; then
+  step "GPU conv tests"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_conv.py" 2>&1 | tee "$OUT/test_gpu_conv.log" | tail -25
+  step "conv benchmark against cuDNN"
+  python3 "$OLDPWD/bench/conv.py" --json "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" | tail -40
+fi
+if want bench; then
   step "benchmark against torch"
   python3 "$OLDPWD/bench/gemm.py" --json "$OUT/gemm.json" 2>&1 | tee "$OUT/bench.log" | tail -60
 fi

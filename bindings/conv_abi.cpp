@@ -1,4 +1,6 @@
 // The conv library's C ABI: the reference system's conv_dispatcher_* functions and td_conv_*.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,12 +39,27 @@ GemmShape gemm_shape(const ConvGeometry& g, int direction) {
     return {g.G, g.K, taps * g.C, g.N * g.out_pixels()};
 }
 
+// cuda direct kernels (KernelInfo.schedule 2): the kernel specialised for the problem's
+// channels per group first, then by how well its threads fill the GPU (2048 per SM); the
+// generic kernel (micro_m 0: any channel count) last.
+double direct_cost(const KernelInfo& k, const ConvGeometry& g, int direction, int sms) {
+    if (k.micro_m == 0) return 1e9;
+    const int64_t pixels_w = direction == TD_CONV_BWD_DATA ? g.in[2] : g.out[2];
+    const int64_t rows = g.N * (direction == TD_CONV_BWD_DATA ? g.in[0] * g.in[1] : g.out[0] * g.out[1]);
+    const int64_t items = direction == TD_CONV_BWD_WEIGHT
+        ? INT64_MAX
+        : rows * ((pixels_w + k.tile_m - 1) / k.tile_m) * (g.G * k.micro_m / std::max(1, k.tile_n));
+    const double fill = (double)sms * 2048.0;
+    return 1.0 + (items < fill ? (fill / (double)items - 1.0) * 0.05 : 0.0);
+}
+
 int ranked(const TdConvProblem* p, const char* name, std::vector<const ConvKernel*>* out) {
     ConvGeometry g{};
     if (int s = check_problem(p, &g)) return s;
     const int workers = device::multiprocessors();
     const GemmShape shape = gemm_shape(g, p->base.direction);
     auto cost = [&](const KernelInfo& k) {
+        if (k.schedule == 2) return direct_cost(k, g, p->base.direction, workers);
         return predicted_cost(k, shape, k.reduction >= 0,
                               p->base.split_k > 0 ? p->base.split_k : workers, workers);
     };

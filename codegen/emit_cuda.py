@@ -1,10 +1,11 @@
-"""cuda backend emitter: one .cu source per variant, instantiating bindings/cuda/gemm_sm90.cuh."""
+"""cuda backend emitter: one .cu source per variant, instantiating bindings/cuda/gemm_sm90.cuh
+(GEMM through CUTLASS) or bindings/cuda/conv_direct.cuh (our own direct convolutions)."""
 from __future__ import annotations
 
 from string import Template
 
 from .emit_cpu import BANNER
-from .model import GemmKernelConfig, GemmVariant
+from .model import ConvKernelConfig, GemmKernelConfig, GemmVariant
 
 GEMM_TEMPLATE = Template(BANNER + """\
 // kernel: ${name}
@@ -18,14 +19,31 @@ const GemmKernel kernel_${name} =
 }  // namespace td
 """)
 
+CONV_TEMPLATE = Template(BANNER + """\
+// kernel: ${name}
+#include "cuda/conv_direct.cuh"
+
+namespace td {
+extern const ConvKernel kernel_${name};
+const ConvKernel kernel_${name} =
+    cuda::Sm90DirectConv<${dtype_code}, ${ndim}, ${direction}, ${cpg}, ${pixels}, ${chans}, ${threads}>::entry("${name}");
+}  // namespace td
+""")
+
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
 def emit(config) -> str:
+    if isinstance(config, ConvKernelConfig):
+        pixels, chans, threads = config.tile
+        return CONV_TEMPLATE.substitute(
+            name=config.name, dtype_code=config.dtype.code, ndim=config.ndim,
+            direction=config.direction.code, cpg=config.knobs.channels_per_group,
+            pixels=pixels, chans=chans, threads=threads)
     if not isinstance(config, GemmKernelConfig):
-        raise ValueError("the cuda backend builds GEMM kernels only in this version")
+        raise TypeError(f"cannot emit {type(config).__name__}")
     k = config.knobs
     tm, tn, tk = config.tile
     streamk = config.variant is GemmVariant.STREAM_K

@@ -129,6 +129,8 @@ def _parse_knobs(group, path):
             else:
                 items = _as_list(sub, key, path)
                 for item, item_line in items:
+                    if key == "channels_per_group" and isinstance(item, int) and not isinstance(item, bool):
+                        continue
                     if not isinstance(item, str):
                         raise _error(f"'{key}' takes strings, got {item!r}", item_line, path)
                 axes.append([(key, item, item_line) for item, item_line in items])
@@ -233,7 +235,7 @@ def _group_configs(group: Group, targets, path, reject=None):
             lines = {name: line for name, (_, line) in zip(names, combo)}
             knobs, knob_line = combo[-1]
             problems = knobs.problems(group.op, values["dtype"], values.get("layout"),
-                                      values.get("variant"), values["tile"], target)
+                                      values.get("variant", values.get("direction")), values["tile"], target)
             if problems and reject is not None:
                 if target in targets:
                     what = " ".join(str(getattr(v, "key", "")) for k, v in values.items() if k != "tile").split()

@@ -276,36 +276,65 @@ class CpuKnobs:
 
 @dataclass(frozen=True)
 class CudaKnobs:
-    """cuda backend knobs (CUTLASS sm90): cluster shape, kernel schedule, epilogue
-    schedule, and whether misaligned operands are staged through aligned copies."""
+    """cuda backend knobs.
+
+    algorithm `cutlass` (GEMM): CUTLASS sm90 cluster shape, kernel schedule, epilogue
+    schedule, and whether misaligned operands are staged through aligned copies.
+    algorithm `direct` (convolution): our own direct kernels (bindings/cuda/conv_direct.cuh),
+    specialised for `channels_per_group` input = output channels per group (0: any, a
+    generic kernel with run-time channel counts). A direct kernel's tile is
+    (output pixels per thread, channels per thread, threads per block)."""
 
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
+    algorithm: str = "cutlass"     # cutlass | direct
+    channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    YAML_KEYS = ("cluster", "schedule", "epilogue", "misaligned")
+    ALGORITHMS = ("cutlass", "direct")
+    DIRECT_CPG = (0, 1, 2, 4, 8, 16)
+    YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned")
 
     def __post_init__(self):
         if self.schedule not in self.SCHEDULES:
             raise ValueError(f"unknown schedule '{self.schedule}' (expected cooperative or pingpong)")
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
+        if self.algorithm not in self.ALGORITHMS:
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass or direct)")
+        if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
+            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
 
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
+        algorithm = values.get("algorithm", "cutlass")
+        if algorithm == "direct":
+            extra = set(values) - {"algorithm", "channels_per_group"}
+            if extra:
+                raise ValueError(f"the direct algorithm takes no {', '.join(sorted(extra))}")
+            cpg = values.get("channels_per_group", "any")
+            if cpg == "any":
+                cpg = 0
+            elif not isinstance(cpg, int) or cpg == 0:
+                raise ValueError(f"channels_per_group must be 1, 2, 4, 8, 16 or any, got {cpg!r}")
+            return cls(algorithm="direct", channels_per_group=cpg)
+        if "channels_per_group" in values:
+            raise ValueError("channels_per_group applies only to algorithm direct")
         cluster = values.get("cluster", (1, 1))
         misaligned = values.get("misaligned", "reject")
         if misaligned not in ("reject", "pad"):
             raise ValueError(f"unknown misaligned '{misaligned}' (expected reject or pad)")
         return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
-                   values.get("epilogue", "tma"), misaligned == "pad")
+                   values.get("epilogue", "tma"), misaligned == "pad", algorithm)
 
     @property
     def token(self) -> str:
+        if self.algorithm == "direct":
+            return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
         parts = [f"c{self.cluster_m}x{self.cluster_n}", self.SCHEDULES[self.schedule]]
         if self.epilogue != "tma":
             parts.append(self.epilogue)
@@ -315,6 +344,9 @@ class CudaKnobs:
 
     @classmethod
     def from_token(cls, token: str) -> "CudaKnobs":
+        direct = re.fullmatch(r"direct_(?:cpg(\d+)|anycpg)", token)
+        if direct:
+            return cls(algorithm="direct", channels_per_group=int(direct.group(1) or 0))
         match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?", token)
         if not match:
             raise ValueError(f"bad cuda knob token '{token}'")
@@ -323,14 +355,48 @@ class CudaKnobs:
                    "nosmem" if match.group(4) else "tma", bool(match.group(5)))
 
     def problems(self, op: str, dtype: "DType", layout, variant, tile, target) -> list[str]:
-        """The sm90 CUTLASS rules: why this variant cannot be built (empty: it can)."""
+        """Why this variant cannot be built (empty: it can)."""
+        if target != "sm_90a":
+            return [f"the cuda backend builds kernels for sm_90a only, not {target}"]
+        if op == "conv":
+            return self._direct_problems(dtype, variant, tile)
+        return self._gemm_problems(dtype, layout, variant, tile)
+
+    def _direct_problems(self, dtype, direction, tile) -> list[str]:
+        if self.algorithm != "direct":
+            return ["convolution on the cuda backend uses algorithm direct (CUTLASS sm90 convolution "
+                    "is not part of this version)"]
+        out = []
+        pixels, chans, threads = tile
+        cpg = self.channels_per_group
+        if dtype not in (DType.FP16, DType.BF16):
+            out.append(f"direct convolution kernels take fp16 or bf16, not {dtype.key}")
+        if threads not in (64, 128, 256, 512):
+            out.append(f"threads per block {threads} not one of 64, 128, 256, 512")
+        if cpg == 0:
+            if (pixels, chans) != (1, 1):
+                out.append("the generic kernel (channels_per_group any) computes one output per thread: tile 1x1xT")
+            return out
+        if chans % 8 or chans > 32:
+            out.append(f"channels per thread {chans} must be a multiple of 8 (16-byte vectors) up to 32")
+        if chans % cpg:
+            out.append(f"channels per thread {chans} must hold whole groups of {cpg}")
+        if direction is Direction.BWD_WEIGHT:
+            if pixels != 1:
+                out.append("bwd_weight reduces over pixels: output pixels per thread must be 1")
+        else:
+            if not 1 <= pixels <= 8:
+                out.append(f"output pixels per thread {pixels} not in 1..8")
+            if pixels * chans > 64:
+                out.append(f"{pixels} pixels x {chans} channels is more than 64 accumulators per thread")
+        return out
+
+    def _gemm_problems(self, dtype, layout, variant, tile) -> list[str]:
+        """The sm90 CUTLASS rules."""
         out = []
         tm, tn, tk = tile
-        if target != "sm_90a":
-            out.append(f"the cuda backend builds CUTLASS sm90 kernels for sm_90a only, not {target}")
-        if op != "gemm":
-            out.append("convolution on the cuda backend is not part of this version")
-            return out
+        if self.algorithm != "cutlass":
+            return ["GEMM on the cuda backend uses algorithm cutlass"]
         if dtype is DType.FP32:
             out.append("fp32 inputs are not built on the cuda backend (use fp16, bf16 or fp8)")
         if dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and layout is not Layout.RCR:
@@ -458,6 +524,8 @@ class GemmKernelConfig:
 def knobs_dict(knobs) -> dict:
     if isinstance(knobs, CpuKnobs):
         return {"micro_tile": [knobs.micro_m, knobs.micro_n]}
+    if knobs.algorithm == "direct":
+        return {"algorithm": "direct", "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,
             "epilogue": knobs.epilogue, "misaligned": "pad" if knobs.pad else "reject"}
 

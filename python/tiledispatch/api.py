@@ -207,10 +207,21 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     raise last_error
 
 
-def _check_channels_last(name: str, array: np.ndarray, shape: tuple) -> np.ndarray:
-    if array.shape != shape:
-        raise InvalidArgumentError(f"{name} must have shape {shape}, got {array.shape}")
-    return np.ascontiguousarray(array)
+def _check_channels_last(name: str, array, shape: tuple):
+    if tuple(array.shape) != tuple(shape):
+        raise InvalidArgumentError(f"{name} must have shape {tuple(shape)}, got {tuple(array.shape)}")
+    if not is_device_array(array):
+        return np.ascontiguousarray(array)
+    d = DeviceArray(array)
+    expect, acc = [], 1
+    for size in reversed(d.shape):
+        expect.insert(0, acc)
+        acc *= size
+    if any(size > 1 and stride != want for size, stride, want in zip(d.shape, d.strides, expect)):
+        raise InvalidArgumentError(
+            f"{name} must be contiguous channels-last {tuple(shape)} (strides {d.strides}): for torch, "
+            "t.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1) maps (N, C, H, W) onto it")
+    return array
 
 
 def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="fwd",
@@ -221,18 +232,29 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     bwd_data:   conv(dy, w, direction="bwd_data")   -> dx (N, *input_size, G*C)
     bwd_weight: conv(x, dy, direction="bwd_weight") -> dw (G*K, *filter_size, C)
     input_size / filter_size default to the sizes implied by the other tensors.
-    A torch tensor in channels_last memory format (N, C, H, W) is, permuted to
-    (N, H, W, C), exactly this layout.
+    numpy arrays run through the host path (copied to the device and back on a GPU
+    target); CUDA arrays of torch/cupy/numba run in place on the caller's current stream
+    and the result is an array of the same kind. A torch tensor in channels_last memory
+    format (N, C, H, W), permuted to (N, H, W, C), is exactly this layout (no copy); its
+    weight (G*K, C, Y, X) likewise, permuted to (G*K, Y, X, C).
     """
     direction = Direction.parse(direction) if isinstance(direction, str) else direction
-    x, w = np.asarray(x), np.asarray(w)
-    dtype = dtype_of(x)
-    if dtype_of(w) is not dtype:
-        raise TypeError(f"both tensors must share an element type, got {x.dtype} and {w.dtype}")
-    ndim = x.ndim - 2
-    if ndim not in (1, 2, 3) or w.ndim != x.ndim:
+    on_device = is_device_array(x) or is_device_array(w)
+    if on_device:
+        if not (is_device_array(x) and is_device_array(w)) or (out is not None and not is_device_array(out)):
+            raise InvalidArgumentError("mixing host (numpy) and device arrays in one call")
+        dtype = DeviceArray(x).dtype
+        if DeviceArray(w).dtype is not dtype:
+            raise TypeError(f"both tensors must share an element type, got {dtype.key} and {DeviceArray(w).dtype.key}")
+    else:
+        x, w = np.asarray(x), np.asarray(w)
+        dtype = dtype_of(x)
+        if dtype_of(w) is not dtype:
+            raise TypeError(f"both tensors must share an element type, got {x.dtype} and {w.dtype}")
+    ndim = len(x.shape) - 2
+    if ndim not in (1, 2, 3) or len(w.shape) != len(x.shape):
         raise InvalidArgumentError(
-            f"expected tensors of rank 3, 4 or 5 (N, *spatial, channels), got {x.shape} and {w.shape}")
+            f"expected tensors of rank 3, 4 or 5 (N, *spatial, channels), got {tuple(x.shape)} and {tuple(w.shape)}")
     G = int(groups)
     if G <= 0:
         raise InvalidArgumentError("groups must be positive")
@@ -280,6 +302,14 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     if any(v <= 0 for v in problem.output_size):
         raise InvalidArgumentError(f"the output would be empty: output size {problem.output_size}")
     shape = (problem.input_shape, problem.weight_shape, problem.output_shape)[slot]
+    if on_device:
+        if out is None:
+            out = DeviceArray(x).empty(shape, dtype.out)
+        elif DeviceArray(out).dtype is not dtype.out:
+            raise InvalidArgumentError(f"out must be a contiguous {shape} {dtype.out.key} array")
+        tensors[slot] = _check_channels_last("out", out, shape)
+        dispatcher("conv", target or _device_target()).run(problem, *tensors, kernel=kernel, timed=False)
+        return out
     out_dtype = numpy_dtype(dtype.out)
     if out is None:
         out = np.empty(shape, dtype=out_dtype)

@@ -1,0 +1,152 @@
+"""Grouped / depthwise / dense convolution on the GPU against cuDNN (torch, bf16,
+channels-last, cudnn.benchmark = True) in the same process.
+
+For each problem and direction: microseconds of the dispatcher's pick and of cuDNN
+(L2 flushed before every run, round-robin, medians), TFLOP/s, the memory floor (bytes of
+input + weight + output over the copy bandwidth), and the ratios.
+
+    python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import tiledispatch as td
+from tiledispatch._cuda import device_targets
+
+COPY_BW = 4.27e12  # bytes/s, device-to-device copy measured on this H200
+
+# name, N, G, C, K (per group), input, filter, stride, padding, kind
+PROBLEMS = [
+    ("resnext50_s2", 32, 32, 4, 4, (56, 56), (3, 3), 1, 1, "grouped"),
+    ("resnext101_32x8d", 32, 32, 8, 8, (56, 56), (3, 3), 1, 1, "grouped"),
+    ("mbv2_dw3x3", 64, 144, 1, 1, (56, 56), (3, 3), 1, 1, "depthwise"),
+    ("convnext_dw7x7", 32, 384, 1, 1, (28, 28), (7, 7), 1, 3, "depthwise"),
+    ("dense3x3_256", 32, 1, 256, 256, (28, 28), (3, 3), 1, 1, "dense"),
+    ("dense1x1_512_2048", 32, 1, 512, 2048, (14, 14), (1, 1), 1, 0, "dense"),
+    ("grouped3d_g16", 8, 16, 16, 16, (8, 28, 28), (3, 3, 3), 1, 1, "grouped"),
+    ("mamba_conv1d", 8, 4096, 1, 1, (2048,), (4,), 1, 3, "depthwise"),
+]
+DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+GRAD_INPUT = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}
+GRAD_WEIGHT = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}
+
+
+def channels_last(t):
+    """(N, *spatial, C) contiguous seen as torch's (N, C, *spatial): no copy."""
+    return t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
+
+
+def timed(fn, flush, reps):
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush.zero_()  # the GPU stays busy while the host enqueues the launch
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) * 1e3  # us
+
+
+def bench_problem(prob, direction, reps, flush, d, target):
+    name, N, G, C, K, inp, fil, st, pad, kind = prob
+    nd = len(inp)
+    out = tuple((i + 2 * pad - (f - 1) - 1) // st + 1 for i, f in zip(inp, fil))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand((N, *inp, G * C), generator=gen, device="cuda") * 2 - 1).bfloat16()
+    w = (torch.rand((G * K, *fil, C), generator=gen, device="cuda") * 2 - 1).bfloat16()
+    dy = (torch.rand((N, *out, G * K), generator=gen, device="cuda") * 2 - 1).bfloat16()
+    xt, wt, dyt = channels_last(x), channels_last(w), channels_last(dy)
+    problem = td.ConvProblem(N, G, C, K, inp, fil, st, pad, 1, direction, "bf16")
+    kernel = d.select(problem)
+    stream = torch.cuda.current_stream().cuda_stream
+    res = torch.empty_like({"fwd": dy, "bwd_data": x, "bwd_weight": w}[direction])
+    if direction == "fwd":
+        ours = lambda: d.run(problem, x.data_ptr(), w.data_ptr(), res.data_ptr(), kernel=kernel,  # noqa: E731
+                             stream=stream, timed=False)
+        theirs = lambda: CONV[nd](xt, wt, None, st, pad, 1, G)  # noqa: E731
+        ref = lambda: CONV[nd](xt.double(), wt.double(), None, st, pad, 1, G)  # noqa: E731
+        got = lambda: channels_last(res)  # noqa: E731
+    elif direction == "bwd_data":
+        ours = lambda: d.run(problem, res.data_ptr(), w.data_ptr(), dy.data_ptr(), kernel=kernel,  # noqa: E731
+                             stream=stream, timed=False)
+        theirs = lambda: GRAD_INPUT[nd](xt.shape, wt, dyt, st, pad, 1, G)  # noqa: E731
+        ref = lambda: GRAD_INPUT[nd](xt.shape, wt.double(), dyt.double(), st, pad, 1, G)  # noqa: E731
+        got = lambda: channels_last(res)  # noqa: E731
+    else:
+        ours = lambda: d.run(problem, x.data_ptr(), res.data_ptr(), dy.data_ptr(), kernel=kernel,  # noqa: E731
+                             stream=stream, timed=False)
+        theirs = lambda: GRAD_WEIGHT[nd](xt, wt.shape, dyt, st, pad, 1, G)  # noqa: E731
+        ref = lambda: GRAD_WEIGHT[nd](xt.double(), wt.shape, dyt.double(), st, pad, 1, G)  # noqa: E731
+        got = lambda: channels_last(res)  # noqa: E731
+    ours()
+    theirs()
+    torch.cuda.synchronize()
+    r = ref()
+    rel = float((got().double() - r).norm() / r.norm())
+    ours_t, theirs_t = [], []
+    for _ in range(reps):
+        ours_t.append(timed(ours, flush, reps))
+        theirs_t.append(timed(theirs, flush, reps))
+    us, cudnn_us = statistics.median(ours_t), statistics.median(theirs_t)
+    flops = 2.0 * N * math.prod(out) * G * K * C * math.prod(fil)
+    nbytes = 2 * (x.numel() + w.numel() + dy.numel())
+    floor_us = nbytes / COPY_BW * 1e6
+    return {"problem": name, "kind": kind, "direction": direction, "kernel": kernel, "us": us,
+            "cudnn_us": cudnn_us, "tflops": flops / us * 1e-6, "cudnn_tflops": flops / cudnn_us * 1e-6,
+            "floor_us": floor_us, "vs_cudnn": cudnn_us / us, "vs_floor": us / floor_us, "rel_error": rel}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json")
+    ap.add_argument("--only", help="comma-separated problem names")
+    args = ap.parse_args(argv)
+    torch.backends.cudnn.benchmark = True
+    target = next((t for t in device_targets() if t in td.registry().targets), None)
+    if target is None:
+        sys.exit(f"no GPU with a library in this installation (GPUs: {device_targets()})")
+    d = td.Dispatcher("conv", target)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    rows = []
+    only = set(args.only.split(",")) if args.only else None
+    print(f"{'problem':20s} {'dir':10s} {'ours us':>9s} {'cuDNN us':>9s} {'floor us':>9s} {'TFLOP/s':>8s} "
+          f"{'xcuDNN':>7s} {'xfloor':>7s} {'rel err':>8s}  kernel", flush=True)
+    for prob in PROBLEMS:
+        if only and prob[0] not in only:
+            continue
+        for direction in DIRECTIONS:
+            try:
+                r = bench_problem(prob, direction, args.reps, flush, d, target)
+            except Exception as err:  # a failing problem is reported, the rest still run
+                print(f"{prob[0]:20s} {direction:10s} FAILED: {err}", flush=True)
+                rows.append({"problem": prob[0], "direction": direction, "error": str(err)})
+                continue
+            rows.append(r)
+            print(f"{r['problem']:20s} {direction:10s} {r['us']:9.1f} {r['cudnn_us']:9.1f} {r['floor_us']:9.1f} "
+                  f"{r['tflops']:8.1f} {r['vs_cudnn']:7.2f} {r['vs_floor']:7.2f} {r['rel_error']:8.1e}  {r['kernel']}",
+                  flush=True)
+    ok = [r for r in rows if "us" in r]
+    for kind in ("grouped", "depthwise", "dense"):
+        sel = [r["vs_cudnn"] for r in ok if r["kind"] == kind]
+        if sel:
+            geo = math.exp(sum(math.log(v) for v in sel) / len(sel))
+            print(f"{kind:10s} geomean x cuDNN {geo:.2f} (min {min(sel):.2f}, {len(sel)} runs)")
+    small = [r["vs_cudnn"] for r in ok if r["kind"] != "dense"]
+    if small:
+        print(f"grouped + depthwise geomean x cuDNN {math.exp(sum(map(math.log, small)) / len(small)):.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,553 @@
+// cuda backend: direct grouped convolution for small channel counts per group (depthwise,
+// ResNeXt-style groups, Mamba-style causal conv1d), every direction, 1D/2D/3D.
+//
+// Memory-bound by design: channels-last tensors, 16-byte vector loads along the channels,
+// register tiling over output pixels along W, no im2col buffer, fp32 accumulation.
+//   input  x[N][Di][Hi][Wi][G][C]   weight w[G][K][Z][Y][X][C]   output y[N][Do][Ho][Wo][G][K]
+// Lower ranks use the same code with the leading spatial sizes 1 (conv_geometry).
+//
+// Knobs fixed at compile time (all in the variant's name): element type, direction, CPG
+// (input = output channels per group; 0: a generic kernel with run-time C and K, one
+// output element per thread), PW (output pixels per thread along W), VC (channels per
+// thread: VC / CPG whole groups), THREADS (per block).
+//   fwd        thread = (n, od, oh, PW output pixels along W, VC output channels)
+//   bwd_data   thread = (n, id, ih, PW input pixels along W, VC input channels)
+//   bwd_weight thread = (VC/CPG groups x KT output channels x CPG input channels, one tap)
+//              over a slice of the output pixels; the slices' fp32 partial sums go to the
+//              workspace and a second kernel adds them in a fixed order (deterministic).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "dispatcher.hpp"
+#include "tiledispatch/conv_geometry.hpp"
+#include "tiledispatch/device.hpp"
+#include "tiledispatch/kernel.hpp"
+
+namespace td::cuda {
+
+template <int DType> struct ConvElement;
+template <> struct ConvElement<TD_FP16> { using T = __half; };
+template <> struct ConvElement<TD_BF16> { using T = __nv_bfloat16; };
+
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// Sizes on the device: 32-bit coordinates, 64-bit offsets.
+struct DeviceGeometry {
+    int N, G, C, K;
+    int in[3], fil[3], out[3], stride[3], pad[3], dil[3];
+    int taps;
+};
+
+inline DeviceGeometry device_geometry(const ConvGeometry& g) {
+    DeviceGeometry d{};
+    d.N = (int)g.N; d.G = (int)g.G; d.C = (int)g.C; d.K = (int)g.K;
+    for (int i = 0; i < 3; ++i) {
+        d.in[i] = (int)g.in[i]; d.fil[i] = (int)g.fil[i]; d.out[i] = (int)g.out[i];
+        d.stride[i] = (int)g.stride[i]; d.pad[i] = (int)g.pad[i]; d.dil[i] = (int)g.dil[i];
+    }
+    d.taps = (int)g.taps();
+    return d;
+}
+
+// VC consecutive elements (16-byte aligned, VC a multiple of 8) as floats.
+template <int VC, class T>
+__device__ __forceinline__ void load_vec(const T* p, float (&v)[VC]) {
+    static_assert(VC % 8 == 0, "16-byte vectors of 2-byte elements");
+#pragma unroll
+    for (int i = 0; i < VC / 8; ++i) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p) + i);
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[i * 8 + j] = to_float(e[j]);
+    }
+}
+
+template <int VC, class T>
+__device__ __forceinline__ void store_vec(T* p, const float (&v)[VC]) {
+#pragma unroll
+    for (int i = 0; i < VC / 8; ++i) {
+        uint4 raw;
+        T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) e[j] = from_float<T>(v[i * 8 + j]);
+        reinterpret_cast<uint4*>(p)[i] = raw;
+    }
+}
+
+// Weights of one tap for GB groups: wv[j][k][c] = w[g0 + j][k][tap][c].
+template <int GB, int CPG, class T>
+__device__ __forceinline__ void load_tap_weights(const T* __restrict__ w, int g0, int taps, int tap,
+                                                 float (&wv)[GB][CPG][CPG]) {
+#pragma unroll
+    for (int j = 0; j < GB; ++j)
+#pragma unroll
+        for (int k = 0; k < CPG; ++k)
+#pragma unroll
+            for (int c = 0; c < CPG; ++c)
+                wv[j][k][c] = to_float(__ldg(w + (((int64_t)(g0 + j) * CPG + k) * taps + tap) * CPG + c));
+}
+
+// ---------------------------------------------------------------- forward
+template <class T, int CPG, int VC, int PW>
+__global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ w,
+                                T* __restrict__ y) {
+    constexpr int GB = VC / CPG;
+    const int cblocks = g.G * CPG / VC;
+    const int wblocks = (g.out[2] + PW - 1) / PW;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)g.N * g.out[0] * g.out[1] * wblocks * cblocks) return;
+    const int cb = (int)(idx % cblocks); idx /= cblocks;
+    const int wb = (int)(idx % wblocks); idx /= wblocks;
+    const int oh = (int)(idx % g.out[1]); idx /= g.out[1];
+    const int od = (int)(idx % g.out[0]);
+    const int n = (int)(idx / g.out[0]);
+    const int ow0 = wb * PW, g0 = cb * GB;
+    const int64_t chans = (int64_t)g.G * CPG;
+    float acc[PW][VC];
+#pragma unroll
+    for (int p = 0; p < PW; ++p)
+#pragma unroll
+        for (int v = 0; v < VC; ++v) acc[p][v] = 0.f;
+    for (int z = 0; z < g.fil[0]; ++z) {
+        const int id = od * g.stride[0] - g.pad[0] + z * g.dil[0];
+        if (id < 0 || id >= g.in[0]) continue;
+        for (int yy = 0; yy < g.fil[1]; ++yy) {
+            const int ih = oh * g.stride[1] - g.pad[1] + yy * g.dil[1];
+            if (ih < 0 || ih >= g.in[1]) continue;
+            const T* row = x + (((int64_t)n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * chans + cb * VC;
+            for (int xx = 0; xx < g.fil[2]; ++xx) {
+                const int tap = (z * g.fil[1] + yy) * g.fil[2] + xx;
+                float wv[GB][CPG][CPG];
+                load_tap_weights<GB, CPG>(w, g0, g.taps, tap, wv);
+#pragma unroll
+                for (int p = 0; p < PW; ++p) {
+                    const int iw = (ow0 + p) * g.stride[2] - g.pad[2] + xx * g.dil[2];
+                    if (iw < 0 || iw >= g.in[2]) continue;
+                    float xv[VC];
+                    load_vec<VC>(row + (int64_t)iw * chans, xv);
+#pragma unroll
+                    for (int j = 0; j < GB; ++j)
+#pragma unroll
+                        for (int k = 0; k < CPG; ++k) {
+                            float s = acc[p][j * CPG + k];
+#pragma unroll
+                            for (int c = 0; c < CPG; ++c) s = fmaf(xv[j * CPG + c], wv[j][k][c], s);
+                            acc[p][j * CPG + k] = s;
+                        }
+                }
+            }
+        }
+    }
+    T* out = y + ((((int64_t)n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow0) * chans + cb * VC;
+#pragma unroll
+    for (int p = 0; p < PW; ++p)
+        if (ow0 + p < g.out[2]) store_vec<VC>(out + p * chans, acc[p]);
+}
+
+// ---------------------------------------------------------------- backward data
+// dx[n][i][g][c] = sum over taps and k of dy[n][o][g][k] * w[g][k][tap][c],
+// where o = (i + pad - f * dil) / stride when that divides exactly and lands inside.
+template <class T, int CPG, int VC, int PW>
+__global__ void conv_bwd_data_direct(DeviceGeometry g, T* __restrict__ dx, const T* __restrict__ w,
+                                     const T* __restrict__ dy) {
+    constexpr int GB = VC / CPG;
+    const int cblocks = g.G * CPG / VC;
+    const int wblocks = (g.in[2] + PW - 1) / PW;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)g.N * g.in[0] * g.in[1] * wblocks * cblocks) return;
+    const int cb = (int)(idx % cblocks); idx /= cblocks;
+    const int wb = (int)(idx % wblocks); idx /= wblocks;
+    const int ih = (int)(idx % g.in[1]); idx /= g.in[1];
+    const int id = (int)(idx % g.in[0]);
+    const int n = (int)(idx / g.in[0]);
+    const int iw0 = wb * PW, g0 = cb * GB;
+    const int64_t chans = (int64_t)g.G * CPG;
+    float acc[PW][VC];
+#pragma unroll
+    for (int p = 0; p < PW; ++p)
+#pragma unroll
+        for (int v = 0; v < VC; ++v) acc[p][v] = 0.f;
+    for (int z = 0; z < g.fil[0]; ++z) {
+        const int nd = id + g.pad[0] - z * g.dil[0];
+        if (nd < 0 || nd % g.stride[0]) continue;
+        const int od = nd / g.stride[0];
+        if (od >= g.out[0]) continue;
+        for (int yy = 0; yy < g.fil[1]; ++yy) {
+            const int nh = ih + g.pad[1] - yy * g.dil[1];
+            if (nh < 0 || nh % g.stride[1]) continue;
+            const int oh = nh / g.stride[1];
+            if (oh >= g.out[1]) continue;
+            const T* row = dy + (((int64_t)n * g.out[0] + od) * g.out[1] + oh) * g.out[2] * chans + cb * VC;
+            for (int xx = 0; xx < g.fil[2]; ++xx) {
+                const int tap = (z * g.fil[1] + yy) * g.fil[2] + xx;
+                float wv[GB][CPG][CPG];
+                load_tap_weights<GB, CPG>(w, g0, g.taps, tap, wv);
+#pragma unroll
+                for (int p = 0; p < PW; ++p) {
+                    const int nw = iw0 + p + g.pad[2] - xx * g.dil[2];
+                    if (nw < 0 || nw % g.stride[2]) continue;
+                    const int ow = nw / g.stride[2];
+                    if (ow >= g.out[2]) continue;
+                    float gv[VC];
+                    load_vec<VC>(row + (int64_t)ow * chans, gv);
+#pragma unroll
+                    for (int j = 0; j < GB; ++j)
+#pragma unroll
+                        for (int c = 0; c < CPG; ++c) {
+                            float s = acc[p][j * CPG + c];
+#pragma unroll
+                            for (int k = 0; k < CPG; ++k) s = fmaf(gv[j * CPG + k], wv[j][k][c], s);
+                            acc[p][j * CPG + c] = s;
+                        }
+                }
+            }
+        }
+    }
+    T* out = dx + ((((int64_t)n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw0) * chans + cb * VC;
+#pragma unroll
+    for (int p = 0; p < PW; ++p)
+        if (iw0 + p < g.in[2]) store_vec<VC>(out + p * chans, acc[p]);
+}
+
+// ---------------------------------------------------------------- backward weight
+// Output channels per thread: all of a group while the accumulators stay within 64.
+template <int CPG, int VC>
+constexpr int bwd_weight_kt() { return VC * CPG <= 64 ? CPG : (64 / VC > 0 ? 64 / VC : 1); }
+
+// Output pixel flat index -> coordinates (n, od, oh, ow), advanced one at a time.
+struct PixelCursor {
+    int n, o[3];
+    __device__ void set(int64_t flat, const DeviceGeometry& g) {
+        o[2] = (int)(flat % g.out[2]); flat /= g.out[2];
+        o[1] = (int)(flat % g.out[1]); flat /= g.out[1];
+        o[0] = (int)(flat % g.out[0]);
+        n = (int)(flat / g.out[0]);
+    }
+    __device__ void next(const DeviceGeometry& g) {
+        if (++o[2] < g.out[2]) return;
+        o[2] = 0;
+        if (++o[1] < g.out[1]) return;
+        o[1] = 0;
+        if (++o[0] < g.out[0]) return;
+        o[0] = 0;
+        ++n;
+    }
+    __device__ int64_t out_pixel(const DeviceGeometry& g) const {
+        return (((int64_t)n * g.out[0] + o[0]) * g.out[1] + o[1]) * g.out[2] + o[2];
+    }
+    // The input pixel this output pixel reads through tap f, or -1 when it is padding.
+    __device__ int64_t in_pixel(const DeviceGeometry& g, const int f[3]) const {
+        int pos[3];
+#pragma unroll
+        for (int d = 0; d < 3; ++d) {
+            pos[d] = o[d] * g.stride[d] - g.pad[d] + f[d] * g.dil[d];
+            if (pos[d] < 0 || pos[d] >= g.in[d]) return -1;
+        }
+        return (((int64_t)n * g.in[0] + pos[0]) * g.in[1] + pos[1]) * g.in[2] + pos[2];
+    }
+};
+
+__device__ __forceinline__ void tap_coords(int tap, const DeviceGeometry& g, int f[3]) {
+    f[2] = tap % g.fil[2];
+    f[1] = (tap / g.fil[2]) % g.fil[1];
+    f[0] = tap / (g.fil[2] * g.fil[1]);
+}
+
+// partial[slice][g][k][tap][c] (fp32) over the output pixels of the slice.
+template <class T, int CPG, int VC>
+__global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
+                                       float* __restrict__ partial, int slices) {
+    constexpr int GB = VC / CPG;
+    constexpr int KT = bwd_weight_kt<CPG, VC>();
+    const int cblocks = g.G * CPG / VC;
+    const int kchunks = CPG / KT;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)slices * g.taps * kchunks * cblocks) return;
+    const int cb = (int)(idx % cblocks); idx /= cblocks;
+    const int kc = (int)(idx % kchunks); idx /= kchunks;
+    const int tap = (int)(idx % g.taps);
+    const int slice = (int)(idx / g.taps);
+    const int g0 = cb * GB;
+    const int64_t chans = (int64_t)g.G * CPG;
+    const int64_t pixels = (int64_t)g.N * g.out[0] * g.out[1] * g.out[2];
+    const int64_t per = (pixels + slices - 1) / slices;
+    const int64_t begin = (int64_t)slice * per;
+    const int64_t end = begin + per < pixels ? begin + per : pixels;
+    int f[3];
+    tap_coords(tap, g, f);
+    float acc[GB][KT][CPG];
+#pragma unroll
+    for (int j = 0; j < GB; ++j)
+#pragma unroll
+        for (int k = 0; k < KT; ++k)
+#pragma unroll
+            for (int c = 0; c < CPG; ++c) acc[j][k][c] = 0.f;
+    PixelCursor cur;
+    if (begin < end) cur.set(begin, g);
+    for (int64_t pix = begin; pix < end; ++pix, cur.next(g)) {
+        const int64_t ip = cur.in_pixel(g, f);
+        if (ip < 0) continue;
+        float xv[VC];
+        load_vec<VC>(x + ip * chans + cb * VC, xv);
+        const T* grad = dy + cur.out_pixel(g) * chans + cb * VC;
+        float gv[GB][KT];
+        if constexpr (KT == CPG) {
+            float all[VC];
+            load_vec<VC>(grad, all);
+#pragma unroll
+            for (int j = 0; j < GB; ++j)
+#pragma unroll
+                for (int k = 0; k < KT; ++k) gv[j][k] = all[j * CPG + k];
+        } else {
+#pragma unroll
+            for (int j = 0; j < GB; ++j)
+#pragma unroll
+                for (int k = 0; k < KT; ++k) gv[j][k] = to_float(__ldg(grad + j * CPG + kc * KT + k));
+        }
+#pragma unroll
+        for (int j = 0; j < GB; ++j)
+#pragma unroll
+            for (int k = 0; k < KT; ++k)
+#pragma unroll
+                for (int c = 0; c < CPG; ++c) acc[j][k][c] = fmaf(gv[j][k], xv[j * CPG + c], acc[j][k][c]);
+    }
+    float* out = partial + (int64_t)slice * g.G * CPG * g.taps * CPG;
+#pragma unroll
+    for (int j = 0; j < GB; ++j)
+#pragma unroll
+        for (int k = 0; k < KT; ++k)
+#pragma unroll
+            for (int c = 0; c < CPG; ++c)
+                out[(((int64_t)(g0 + j) * CPG + kc * KT + k) * g.taps + tap) * CPG + c] = acc[j][k][c];
+}
+
+// dw[e] = sum over slices of partial[slice][e], in slice order.
+template <class T>
+__global__ void conv_bwd_weight_reduce(const float* __restrict__ partial, T* __restrict__ dw, int64_t elems,
+                                       int slices) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= elems) return;
+    float s = 0.f;
+    for (int i = 0; i < slices; ++i) s += partial[(int64_t)i * elems + e];
+    dw[e] = from_float<T>(s);
+}
+
+// ---------------------------------------------------------------- generic (any C, K)
+template <class T>
+__global__ void conv_fwd_generic(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ w,
+                                 T* __restrict__ y) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t total = (int64_t)g.N * g.out[0] * g.out[1] * g.out[2] * g.G * g.K;
+    if (idx >= total) return;
+    const int64_t flat = idx;
+    const int k = (int)(idx % g.K); idx /= g.K;
+    const int grp = (int)(idx % g.G); idx /= g.G;
+    PixelCursor cur;
+    cur.set(idx, g);
+    float s = 0.f;
+    for (int tap = 0; tap < g.taps; ++tap) {
+        int f[3];
+        tap_coords(tap, g, f);
+        const int64_t ip = cur.in_pixel(g, f);
+        if (ip < 0) continue;
+        const T* xr = x + (ip * g.G + grp) * g.C;
+        const T* wr = w + (((int64_t)grp * g.K + k) * g.taps + tap) * g.C;
+        for (int c = 0; c < g.C; ++c) s = fmaf(to_float(xr[c]), to_float(__ldg(wr + c)), s);
+    }
+    y[flat] = from_float<T>(s);
+}
+
+template <class T>
+__global__ void conv_bwd_data_generic(DeviceGeometry g, T* __restrict__ dx, const T* __restrict__ w,
+                                      const T* __restrict__ dy) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t total = (int64_t)g.N * g.in[0] * g.in[1] * g.in[2] * g.G * g.C;
+    if (idx >= total) return;
+    const int64_t flat = idx;
+    const int c = (int)(idx % g.C); idx /= g.C;
+    const int grp = (int)(idx % g.G); idx /= g.G;
+    int i[3];
+    i[2] = (int)(idx % g.in[2]); idx /= g.in[2];
+    i[1] = (int)(idx % g.in[1]); idx /= g.in[1];
+    i[0] = (int)(idx % g.in[0]);
+    const int n = (int)(idx / g.in[0]);
+    float s = 0.f;
+    for (int tap = 0; tap < g.taps; ++tap) {
+        int f[3], o[3];
+        tap_coords(tap, g, f);
+        bool inside = true;
+        for (int d = 0; d < 3; ++d) {
+            const int num = i[d] + g.pad[d] - f[d] * g.dil[d];
+            o[d] = num >= 0 ? num / g.stride[d] : -1;
+            inside = inside && num >= 0 && num % g.stride[d] == 0 && o[d] < g.out[d];
+        }
+        if (!inside) continue;
+        const int64_t op = (((int64_t)n * g.out[0] + o[0]) * g.out[1] + o[1]) * g.out[2] + o[2];
+        const T* gr = dy + (op * g.G + grp) * g.K;
+        const T* wr = w + ((int64_t)grp * g.K * g.taps + tap) * g.C + c;
+        for (int k = 0; k < g.K; ++k) s = fmaf(to_float(gr[k]), to_float(__ldg(wr + (int64_t)k * g.taps * g.C)), s);
+    }
+    dx[flat] = from_float<T>(s);
+}
+
+template <class T>
+__global__ void conv_bwd_weight_generic(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
+                                        float* __restrict__ partial, int slices) {
+    const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= elems * slices) return;
+    const int64_t e = idx % elems;
+    const int slice = (int)(idx / elems);
+    int64_t r = e;
+    const int c = (int)(r % g.C); r /= g.C;
+    const int tap = (int)(r % g.taps); r /= g.taps;
+    const int k = (int)(r % g.K);
+    const int grp = (int)(r / g.K);
+    int f[3];
+    tap_coords(tap, g, f);
+    const int64_t pixels = (int64_t)g.N * g.out[0] * g.out[1] * g.out[2];
+    const int64_t per = (pixels + slices - 1) / slices;
+    const int64_t begin = (int64_t)slice * per;
+    const int64_t end = begin + per < pixels ? begin + per : pixels;
+    float s = 0.f;
+    PixelCursor cur;
+    if (begin < end) cur.set(begin, g);
+    for (int64_t pix = begin; pix < end; ++pix, cur.next(g)) {
+        const int64_t ip = cur.in_pixel(g, f);
+        if (ip < 0) continue;
+        s = fmaf(to_float(dy[(cur.out_pixel(g) * g.G + grp) * g.K + k]), to_float(x[(ip * g.G + grp) * g.C + c]), s);
+    }
+    partial[(int64_t)slice * elems + e] = s;
+}
+
+// ---------------------------------------------------------------- host side
+inline bool conv_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <int DType, int Ndim, int Direction, int CPG, int PW, int VC, int Threads>
+struct Sm90DirectConv {
+    using T = typename ConvElement<DType>::T;
+    static constexpr int kSmCount = 132;
+
+    static int supports(const TdConvProblem& p, std::string* why) {
+        if (p.dtype != DType) { *why = "dtype differs"; return TD_UNSUPPORTED; }
+        if (p.ndim != Ndim) { *why = "spatial rank differs"; return TD_UNSUPPORTED; }
+        if (p.base.direction != Direction) { *why = "direction differs"; return TD_UNSUPPORTED; }
+        ConvGeometry g{};
+        if (!conv_geometry(p, &g).empty()) { *why = "malformed problem"; return TD_UNSUPPORTED; }
+        if (CPG > 0) {
+            if (g.C != CPG || g.K != CPG) {
+                *why = "channels per group C=" + std::to_string(g.C) + ", K=" + std::to_string(g.K) +
+                       " (this kernel takes C = K = " + std::to_string(CPG) + ")";
+                return TD_UNSUPPORTED;
+            }
+            if ((g.G * CPG) % VC) {
+                *why = "G x channels is not a multiple of " + std::to_string(VC) + " channels per thread";
+                return TD_UNSUPPORTED;
+            }
+        }
+        const int64_t biggest = std::max({g.N * g.in_pixels() * g.G * g.C, g.N * g.out_pixels() * g.G * g.K,
+                                          g.G * g.K * g.taps() * g.C});
+        if (biggest > INT32_MAX || g.N > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
+        return TD_OK;
+    }
+
+    // bwd_weight: slices of the output pixels, enough threads to fill the GPU, the fp32
+    // partials kept below half the bytes the kernel reads anyway.
+    static int slices(const TdConvProblem& p, const ConvGeometry& g) {
+        const int64_t pixels = g.N * g.out_pixels();
+        if (p.base.split_k > 0) return (int)std::min<int64_t>(p.base.split_k, pixels);
+        const int64_t elems = g.G * g.K * g.taps() * g.C;
+        const int64_t per_slice = CPG > 0 ? elems / (VC * bwd_weight_kt<CPG, VC>()) : elems;
+        int64_t s = (int64_t)kSmCount * 2048 / std::max<int64_t>(1, per_slice);
+        const int64_t read = 2 * (g.N * g.in_pixels() * g.G * g.C + g.N * g.out_pixels() * g.G * g.K);
+        s = std::min(s, std::max<int64_t>(1, read / (2 * 4 * elems)));
+        s = std::min(s, std::max<int64_t>(1, pixels / 32));
+        return (int)std::max<int64_t>(1, std::min<int64_t>(s, 65535));
+    }
+
+    static size_t workspace_size(const TdConvProblem& p) {
+        if (Direction != TD_CONV_BWD_WEIGHT) return 0;
+        ConvGeometry g{};
+        if (!conv_geometry(p, &g).empty()) return 0;
+        return (size_t)slices(p, g) * g.G * g.K * g.taps() * g.C * sizeof(float);
+    }
+
+    static unsigned blocks(int64_t threads) { return (unsigned)((threads + Threads - 1) / Threads); }
+
+    static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
+                   void* stream_ptr) {
+        const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        ConvGeometry geo{};
+        conv_geometry(p, &geo);
+        const DeviceGeometry g = device_geometry(geo);
+        if (CPG > 0 && !(conv_aligned16(in) && conv_aligned16(wei) && conv_aligned16(out)))
+            return fail(TD_REJECTED, "a tensor's address is not 16-byte aligned (the vector loads need it); "
+                                     "the generic kernel takes it");
+        const T* x = static_cast<const T*>(in);
+        const T* w = static_cast<const T*>(wei);
+        if (Direction == TD_CONV_FWD) {
+            T* y = static_cast<T*>(out);
+            if constexpr (CPG > 0) {
+                const int64_t n = (int64_t)g.N * g.out[0] * g.out[1] * ((g.out[2] + PW - 1) / PW) * (g.G * CPG / VC);
+                conv_fwd_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, x, w, y);
+            } else {
+                conv_fwd_generic<T><<<blocks(geo.N * geo.out_pixels() * geo.G * geo.K), Threads, 0, stream>>>(g, x, w, y);
+            }
+        } else if (Direction == TD_CONV_BWD_DATA) {
+            T* dx = static_cast<T*>(const_cast<void*>(in));
+            const T* dy = static_cast<const T*>(out);
+            if constexpr (CPG > 0) {
+                const int64_t n = (int64_t)g.N * g.in[0] * g.in[1] * ((g.in[2] + PW - 1) / PW) * (g.G * CPG / VC);
+                conv_bwd_data_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, dx, w, dy);
+            } else {
+                conv_bwd_data_generic<T><<<blocks(geo.N * geo.in_pixels() * geo.G * geo.C), Threads, 0, stream>>>(g, dx, w, dy);
+            }
+        } else {
+            T* dw = static_cast<T*>(const_cast<void*>(wei));
+            const T* dy = static_cast<const T*>(out);
+            const int s = slices(p, geo);
+            const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
+            const size_t need = (size_t)s * elems * sizeof(float);
+            float* partial = static_cast<float*>(ws);
+            if (ws && ws_bytes < need)
+                return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
+                                             std::to_string(need));
+            if (!ws)
+                if (int st = device::scratch(need, stream_ptr, reinterpret_cast<void**>(&partial))) return st;
+            if constexpr (CPG > 0) {
+                constexpr int KT = bwd_weight_kt<CPG, VC>();
+                const int64_t n = (int64_t)s * g.taps * (CPG / KT) * (g.G * CPG / VC);
+                conv_bwd_weight_direct<T, CPG, VC><<<blocks(n), Threads, 0, stream>>>(g, x, dy, partial, s);
+            } else {
+                conv_bwd_weight_generic<T><<<blocks(elems * s), Threads, 0, stream>>>(g, x, dy, partial, s);
+            }
+            conv_bwd_weight_reduce<T><<<blocks(elems), Threads, 0, stream>>>(partial, dw, elems, s);
+        }
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
+        return TD_OK;
+    }
+
+    // KernelInfo: tile = (pixels, channels, threads), micro_m = channels per group (0: any),
+    // schedule 2 = direct convolution.
+    static constexpr ConvKernel entry(const char* name) {
+        return ConvKernel{{name, DType, Ndim, Direction, Direction == TD_CONV_BWD_WEIGHT ? 1 : -1, PW, VC, Threads,
+                           CPG, 0, 2, 0},
+                          &supports, &workspace_size, &run};
+    }
+};
+
+}  // namespace td::cuda

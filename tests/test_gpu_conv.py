@@ -1,0 +1,184 @@
+"""GPU convolution kernels (sm_90a direct kernels) against torch in float64 on the GPU.
+Skipped, with the reason shown, where there is no GPU, no torch, or no conv library for
+the GPU; run by bench/gpu_run.sh on the H200.
+
+Every compiled conv variant is run on problems it supports: fresh random inputs
+quantized to its dtype, the output poisoned with NaN, odd and asymmetric sizes, stride 2,
+dilation 2, in its own rank (1D, 2D or 3D)."""
+import numpy as np
+import pytest
+
+import tiledispatch as td
+from tiledispatch import reference
+from tiledispatch._cuda import device_targets
+from tiledispatch.codegen import Direction, DType
+from tiledispatch.errors import KernelRejectedError
+
+torch = pytest.importorskip("torch", reason="torch is needed for the GPU tests")
+F = torch.nn.functional
+GPU = next((t for t in device_targets() if t in td.registry().targets), None)
+HAS_CONV = GPU is not None and bool(td.registry().kernels("conv", GPU))
+pytestmark = pytest.mark.skipif(
+    not HAS_CONV, reason=f"no GPU with a conv library in this installation (GPUs seen: {device_targets() or 'none'}, "
+                         f"libraries: {td.registry().targets})")
+
+TORCH = {DType.FP16: torch.float16, DType.BF16: torch.bfloat16}
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+GRAD_INPUT = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}
+GRAD_WEIGHT = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}
+
+
+def kernels():
+    return td.registry().kernels("conv", GPU) if HAS_CONV else []
+
+
+def to_torch_layout(t):
+    """(N, *spatial, C) -> (N, C, *spatial)."""
+    return t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
+
+
+def from_torch_layout(t):
+    return t.permute(0, *range(2, t.dim()), 1).contiguous()
+
+
+def geometry(kernel):
+    """(G, C, K) the kernel takes: its channels per group, enough groups for two
+    channel vectors; the generic kernel gets C != K."""
+    cpg = kernel.knobs.channels_per_group
+    if cpg == 0:
+        return 3, 3, 5
+    vc = kernel.tile[1]
+    return 2 * vc // cpg + (vc // cpg if vc // cpg > 1 else 1), cpg, cpg
+
+
+CASES = {  # per rank: (input, filter, stride, padding, dilation)
+    1: [((37,), (4,), (1,), (3,), (1,)), ((29,), (3,), (2,), (1,), (2,))],
+    2: [((13, 10), (3, 3), (1, 1), (1, 1), (1, 1)), ((11, 14), (3, 2), (2, 1), (1, 2), (2, 1)),
+        ((9, 8), (7, 7), (1, 1), (3, 3), (1, 1))],
+    3: [((5, 7, 6), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)), ((6, 5, 9), (2, 3, 3), (2, 1, 2), (0, 1, 1), (1, 2, 1))],
+}
+
+
+def quantized(shape, dtype, gen):
+    return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(TORCH[dtype])
+
+
+def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
+    nd = len(inp)
+    dt = kernel.dtype
+    kwargs = dict(stride=st, padding=pad, dilation=dil, groups=G, direction=kernel.direction.key,
+                  kernel=kernel.name if name is None else name)
+    out_size = tuple((i + 2 * p - d * (f - 1) - 1) // s + 1 for i, f, s, p, d in zip(inp, fil, st, pad, dil))
+    x = quantized((N, *inp, G * C), dt, gen)
+    w = quantized((G * K, *fil, C), dt, gen)
+    dy = quantized((N, *out_size, G * K), dt, gen)
+    x64, w64, dy64 = to_torch_layout(x).double(), w.permute(0, nd + 1, *range(1, nd + 1)).double(), \
+        to_torch_layout(dy).double()
+    if kernel.direction is Direction.FWD:
+        out = torch.full((N, *out_size, G * K), float("nan"), device="cuda", dtype=TORCH[dt])
+        td.conv(x, w, out=out, **kwargs)
+        ref = CONV[nd](x64, w64, None, st, pad, dil, G)
+        mag = CONV[nd](x64.abs(), w64.abs(), None, st, pad, dil, G)
+        got, ref, mag = out, from_torch_layout(ref), from_torch_layout(mag)
+        red = C * int(np.prod(fil))
+    elif kernel.direction is Direction.BWD_DATA:
+        out = torch.full((N, *inp, G * C), float("nan"), device="cuda", dtype=TORCH[dt])
+        td.conv(dy, w, input_size=inp, out=out, **kwargs)
+        shape = (N, G * C, *inp)
+        ref = GRAD_INPUT[nd](shape, w64, dy64, st, pad, dil, G)
+        mag = GRAD_INPUT[nd](shape, w64.abs(), dy64.abs(), st, pad, dil, G)
+        got, ref, mag = out, from_torch_layout(ref), from_torch_layout(mag)
+        red = K * int(np.prod(fil))
+    else:
+        out = torch.full((G * K, *fil, C), float("nan"), device="cuda", dtype=TORCH[dt])
+        td.conv(x, dy, filter_size=fil, out=out, **kwargs)
+        shape = (G * K, C, *fil)
+        ref = GRAD_WEIGHT[nd](x64, shape, dy64, st, pad, dil, G)
+        mag = GRAD_WEIGHT[nd](x64.abs(), shape, dy64.abs(), st, pad, dil, G)
+        got = out
+        ref = ref.permute(0, *range(2, nd + 2), 1)
+        mag = mag.permute(0, *range(2, nd + 2), 1)
+        red = N * int(np.prod(out_size))
+    torch.cuda.synchronize()
+    err = (got.double() - ref).abs()
+    tol = reference.tolerance(dt, red)
+    bad = ~(err <= tol * mag + reference.FLOOR)
+    assert not bool(bad.any()), (f"{kernel.name} N={N} G={G} C={C} K={K} in={inp} fil={fil} stride={st} pad={pad} "
+                                 f"dil={dil}: {int(bad.sum())} of {bad.numel()} outside tolerance, "
+                                 f"max error {float(err.nan_to_num(float('inf')).max())}")
+
+
+@pytest.fixture
+def gen():
+    g = torch.Generator(device="cuda")
+    g.manual_seed(torch.randint(0, 2**31, (1,)).item())  # fresh inputs on every run
+    return g
+
+
+@pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
+def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
+    G, C, K = geometry(kernel)
+    for inp, fil, st, pad, dil in CASES[kernel.ndim]:
+        run_case(kernel, gen, 3, G, C, K, inp, fil, st, pad, dil)
+
+
+def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
+    d = td.Dispatcher("conv", GPU)
+    for C, direction in ((1, "fwd"), (4, "bwd_data"), (8, "bwd_weight"), (16, "fwd")):
+        p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
+        assert d.select(p).endswith(f"_direct_cpg{C}_sm90a"), d.select(p)
+    p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")
+    assert d.select(p).endswith("_direct_anycpg_sm90a")
+
+
+def test_misaligned_tensors_go_to_the_generic_kernel(gen):
+    """A named vectorised kernel rejects a misaligned tensor with -3; the dispatcher's
+    own choice runs it on the generic kernel, correctly."""
+    N, G, C = 2, 16, 1
+    base = torch.empty(N * 12 * 12 * G + 1, device="cuda", dtype=torch.bfloat16)
+    x = base[1:].view(N, 12, 12, G)
+    x.copy_(quantized((N, 12, 12, G), DType.BF16, gen))
+    w = quantized((G, 3, 3, 1), DType.BF16, gen)
+    name = "conv_fwd_nhwgc_bf16_4x8x128_direct_cpg1_sm90a"
+    with pytest.raises(KernelRejectedError) as info:
+        td.conv(x, w, padding=1, groups=G, kernel=name)
+    assert info.value.status == -3 and "16-byte aligned" in str(info.value)
+    y = td.conv(x, w, padding=1, groups=G)
+    ref = F.conv2d(to_torch_layout(x).double(), w.permute(0, 3, 1, 2).double(), None, 1, 1, 1, G)
+    assert torch.allclose(y.double(), from_torch_layout(ref), rtol=2e-2, atol=2e-2)
+
+
+def test_td_conv_on_torch_channels_last_tensors_without_copy(gen):
+    """torch channels_last (N, C, H, W) permuted to (N, H, W, C) is the layout: no copy,
+    the result lands in the given tensor on the current stream."""
+    x_nchw = quantized((4, 64, 20, 20), DType.BF16, gen).contiguous(memory_format=torch.channels_last)
+    w_kcyx = quantized((64, 1, 5, 5), DType.BF16, gen).contiguous(memory_format=torch.channels_last)
+    x, w = x_nchw.permute(0, 2, 3, 1), w_kcyx.permute(0, 2, 3, 1)
+    assert x.is_contiguous() and w.is_contiguous()
+    out_nchw = torch.empty((4, 64, 20, 20), device="cuda", dtype=torch.bfloat16,
+                           memory_format=torch.channels_last)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        res = td.conv(x, w, padding=2, groups=64, out=out_nchw.permute(0, 2, 3, 1))
+    stream.synchronize()
+    assert res.data_ptr() == out_nchw.data_ptr()
+    ref = F.conv2d(x_nchw.double(), w_kcyx.double(), None, 1, 2, 1, 64)
+    assert torch.allclose(out_nchw.double(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_td_conv_on_numpy_takes_the_host_path():
+    import ml_dtypes
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (2, 9, 9, 24)).astype(ml_dtypes.bfloat16)
+    w = rng.uniform(-1, 1, (24, 3, 3, 1)).astype(ml_dtypes.bfloat16)
+    y = td.conv(x, w, padding=1, groups=24, target=GPU)
+    ref = F.conv2d(torch.from_numpy(x.astype(np.float64)).permute(0, 3, 1, 2).cuda(),
+                   torch.from_numpy(w.astype(np.float64)).permute(0, 3, 1, 2).cuda(), None, 1, 1, 1, 24)
+    assert isinstance(y, np.ndarray) and y.dtype == ml_dtypes.bfloat16
+    assert np.allclose(y.astype(np.float64), from_torch_layout(ref).cpu().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_fp32_conv_on_the_gpu_is_minus_2():
+    d = td.Dispatcher("conv", GPU)
+    p = td.ConvProblem(1, 8, 1, 1, (8, 8), (3, 3), 1, 1, 1, "fwd", "fp32")
+    assert not d.is_supported(p)
