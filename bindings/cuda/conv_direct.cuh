@@ -87,22 +87,48 @@ __device__ __forceinline__ void store_vec(T* p, const float (&v)[VC]) {
     }
 }
 
-// Weights of one tap for GB groups: wv[j][k][c] = w[g0 + j][k][tap][c].
-template <int GB, int CPG, class T>
-__device__ __forceinline__ void load_tap_weights(const T* __restrict__ w, int g0, int taps, int tap,
+// The weights, transposed once per call into fp32 wt[tap][k][c][g] (groups fastest), so
+// that the threads of a warp, which hold consecutive groups, read consecutive addresses.
+template <class T>
+__global__ void conv_transpose_weights(DeviceGeometry g, const T* __restrict__ w, float* __restrict__ wt) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (int64_t)g.G * g.K * g.taps * g.C) return;
+    int64_t r = e;
+    const int c = (int)(r % g.C); r /= g.C;
+    const int tap = (int)(r % g.taps); r /= g.taps;
+    const int k = (int)(r % g.K);
+    const int grp = (int)(r / g.K);
+    wt[(((int64_t)tap * g.K + k) * g.C + c) * g.G + grp] = to_float(w[e]);
+}
+
+// Weights of one tap for GB groups: wv[j][k][c] = w[g0 + j][k][tap][c] from wt.
+template <int GB, int CPG>
+__device__ __forceinline__ void load_tap_weights(const float* __restrict__ wt, int G, int g0, int tap,
                                                  float (&wv)[GB][CPG][CPG]) {
 #pragma unroll
-    for (int j = 0; j < GB; ++j)
+    for (int k = 0; k < CPG; ++k)
 #pragma unroll
-        for (int k = 0; k < CPG; ++k)
+        for (int c = 0; c < CPG; ++c) {
+            const float* src = wt + ((int64_t)(tap * CPG + k) * CPG + c) * G + g0;
+            if constexpr (GB % 4 == 0) {
 #pragma unroll
-            for (int c = 0; c < CPG; ++c)
-                wv[j][k][c] = to_float(__ldg(w + (((int64_t)(g0 + j) * CPG + k) * taps + tap) * CPG + c));
+                for (int j = 0; j < GB; j += 4) {
+                    const float4 v = __ldg(reinterpret_cast<const float4*>(src + j));
+                    wv[j][k][c] = v.x; wv[j + 1][k][c] = v.y; wv[j + 2][k][c] = v.z; wv[j + 3][k][c] = v.w;
+                }
+            } else if constexpr (GB == 2) {
+                const float2 v = __ldg(reinterpret_cast<const float2*>(src));
+                wv[0][k][c] = v.x; wv[1][k][c] = v.y;
+            } else {
+#pragma unroll
+                for (int j = 0; j < GB; ++j) wv[j][k][c] = __ldg(src + j);
+            }
+        }
 }
 
 // ---------------------------------------------------------------- forward
 template <class T, int CPG, int VC, int PW>
-__global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ w,
+__global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const float* __restrict__ wt,
                                 T* __restrict__ y) {
     constexpr int GB = VC / CPG;
     const int cblocks = g.G * CPG / VC;
@@ -131,7 +157,7 @@ __global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const
             for (int xx = 0; xx < g.fil[2]; ++xx) {
                 const int tap = (z * g.fil[1] + yy) * g.fil[2] + xx;
                 float wv[GB][CPG][CPG];
-                load_tap_weights<GB, CPG>(w, g0, g.taps, tap, wv);
+                load_tap_weights<GB, CPG>(wt, g.G, g0, tap, wv);
 #pragma unroll
                 for (int p = 0; p < PW; ++p) {
                     const int iw = (ow0 + p) * g.stride[2] - g.pad[2] + xx * g.dil[2];
@@ -161,7 +187,7 @@ __global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const
 // dx[n][i][g][c] = sum over taps and k of dy[n][o][g][k] * w[g][k][tap][c],
 // where o = (i + pad - f * dil) / stride when that divides exactly and lands inside.
 template <class T, int CPG, int VC, int PW>
-__global__ void conv_bwd_data_direct(DeviceGeometry g, T* __restrict__ dx, const T* __restrict__ w,
+__global__ void conv_bwd_data_direct(DeviceGeometry g, T* __restrict__ dx, const float* __restrict__ wt,
                                      const T* __restrict__ dy) {
     constexpr int GB = VC / CPG;
     const int cblocks = g.G * CPG / VC;
@@ -194,7 +220,7 @@ __global__ void conv_bwd_data_direct(DeviceGeometry g, T* __restrict__ dx, const
             for (int xx = 0; xx < g.fil[2]; ++xx) {
                 const int tap = (z * g.fil[1] + yy) * g.fil[2] + xx;
                 float wv[GB][CPG][CPG];
-                load_tap_weights<GB, CPG>(w, g0, g.taps, tap, wv);
+                load_tap_weights<GB, CPG>(wt, g.G, g0, tap, wv);
 #pragma unroll
                 for (int p = 0; p < PW; ++p) {
                     const int nw = iw0 + p + g.pad[2] - xx * g.dil[2];
@@ -266,28 +292,33 @@ __device__ __forceinline__ void tap_coords(int tap, const DeviceGeometry& g, int
     f[0] = tap / (g.fil[2] * g.fil[1]);
 }
 
-// partial[slice][g][k][tap][c] (fp32) over the output pixels of the slice.
-template <class T, int CPG, int VC>
+// Block (32 lanes, SY slices): lane = (tap, k chunk, channel block), channel block fastest
+// so a warp reads consecutive channel vectors. Each thread reduces the output pixels of its
+// slice; the block adds its SY slices in shared memory (in order) and writes one row of
+// partial[row][g][k][tap][c], row = blockIdx.y.
+template <class T, int CPG, int VC, int SY>
 __global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
                                        float* __restrict__ partial, int slices) {
     constexpr int GB = VC / CPG;
     constexpr int KT = bwd_weight_kt<CPG, VC>();
+    constexpr int ACC = GB * KT * CPG;
+    __shared__ float red[SY - 1][ACC][32];
     const int cblocks = g.G * CPG / VC;
     const int kchunks = CPG / KT;
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)slices * g.taps * kchunks * cblocks) return;
-    const int cb = (int)(idx % cblocks); idx /= cblocks;
-    const int kc = (int)(idx % kchunks); idx /= kchunks;
-    const int tap = (int)(idx % g.taps);
-    const int slice = (int)(idx / g.taps);
+    const int lane = blockIdx.x * 32 + threadIdx.x;
+    const bool active = lane < g.taps * kchunks * cblocks;
+    const int cb = lane % cblocks;
+    const int kc = (lane / cblocks) % kchunks;
+    const int tap = lane / (cblocks * kchunks);
+    const int slice = blockIdx.y * SY + threadIdx.y;
     const int g0 = cb * GB;
     const int64_t chans = (int64_t)g.G * CPG;
     const int64_t pixels = (int64_t)g.N * g.out[0] * g.out[1] * g.out[2];
     const int64_t per = (pixels + slices - 1) / slices;
     const int64_t begin = (int64_t)slice * per;
-    const int64_t end = begin + per < pixels ? begin + per : pixels;
+    const int64_t end = !active ? begin : begin + per < pixels ? begin + per : pixels;
     int f[3];
-    tap_coords(tap, g, f);
+    tap_coords(active ? tap : 0, g, f);
     float acc[GB][KT][CPG];
 #pragma unroll
     for (int j = 0; j < GB; ++j)
@@ -324,25 +355,49 @@ __global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x
 #pragma unroll
                 for (int c = 0; c < CPG; ++c) acc[j][k][c] = fmaf(gv[j][k], xv[j * CPG + c], acc[j][k][c]);
     }
-    float* out = partial + (int64_t)slice * g.G * CPG * g.taps * CPG;
+    if (threadIdx.y > 0) {
+#pragma unroll
+        for (int j = 0; j < GB; ++j)
+#pragma unroll
+            for (int k = 0; k < KT; ++k)
+#pragma unroll
+                for (int c = 0; c < CPG; ++c) red[threadIdx.y - 1][(j * KT + k) * CPG + c][threadIdx.x] = acc[j][k][c];
+    }
+    __syncthreads();
+    if (threadIdx.y > 0 || !active) return;
+    float* out = partial + (int64_t)blockIdx.y * g.G * CPG * g.taps * CPG;
 #pragma unroll
     for (int j = 0; j < GB; ++j)
 #pragma unroll
         for (int k = 0; k < KT; ++k)
 #pragma unroll
-            for (int c = 0; c < CPG; ++c)
-                out[(((int64_t)(g0 + j) * CPG + kc * KT + k) * g.taps + tap) * CPG + c] = acc[j][k][c];
+            for (int c = 0; c < CPG; ++c) {
+                float s = acc[j][k][c];
+#pragma unroll
+                for (int y = 0; y < SY - 1; ++y) s += red[y][(j * KT + k) * CPG + c][threadIdx.x];
+                out[(((int64_t)(g0 + j) * CPG + kc * KT + k) * g.taps + tap) * CPG + c] = s;
+            }
 }
 
-// dw[e] = sum over slices of partial[slice][e], in slice order.
+// dw[e] = sum over rows of partial[row][e]. Block (32 elements, 8 row lanes); each lane
+// adds every 8th row, then lane 0 adds the 8 lanes in order (deterministic).
 template <class T>
 __global__ void conv_bwd_weight_reduce(const float* __restrict__ partial, T* __restrict__ dw, int64_t elems,
-                                       int slices) {
-    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= elems) return;
+                                       int rows) {
+    __shared__ float red[8][32];
+    const int64_t e = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
-    for (int i = 0; i < slices; ++i) s += partial[(int64_t)i * elems + e];
-    dw[e] = from_float<T>(s);
+    if (e < elems) {
+#pragma unroll 4
+        for (int r = threadIdx.y; r < rows; r += 8) s += partial[(int64_t)r * elems + e];
+    }
+    red[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y || e >= elems) return;
+    float total = 0.f;
+#pragma unroll
+    for (int y = 0; y < 8; ++y) total += red[y][threadIdx.x];
+    dw[e] = from_float<T>(total);
 }
 
 // ---------------------------------------------------------------- generic (any C, K)
@@ -464,25 +519,36 @@ struct Sm90DirectConv {
         return TD_OK;
     }
 
-    // bwd_weight: slices of the output pixels, enough threads to fill the GPU, the fp32
-    // partials kept below half the bytes the kernel reads anyway.
+    static constexpr int SY = Threads / 32;  // slices per block of the direct bwd_weight kernel
+
+    // bwd_weight: slices of the output pixels, enough threads to fill the GPU, at least 32
+    // pixels each, and the fp32 partial rows kept below a quarter of the bytes the kernel
+    // reads anyway. The direct kernel adds SY slices per block: a multiple of SY.
     static int slices(const TdConvProblem& p, const ConvGeometry& g) {
         const int64_t pixels = g.N * g.out_pixels();
-        if (p.base.split_k > 0) return (int)std::min<int64_t>(p.base.split_k, pixels);
         const int64_t elems = g.G * g.K * g.taps() * g.C;
-        const int64_t per_slice = CPG > 0 ? elems / (VC * bwd_weight_kt<CPG, VC>()) : elems;
-        int64_t s = (int64_t)kSmCount * 2048 / std::max<int64_t>(1, per_slice);
-        const int64_t read = 2 * (g.N * g.in_pixels() * g.G * g.C + g.N * g.out_pixels() * g.G * g.K);
-        s = std::min(s, std::max<int64_t>(1, read / (2 * 4 * elems)));
-        s = std::min(s, std::max<int64_t>(1, pixels / 32));
-        return (int)std::max<int64_t>(1, std::min<int64_t>(s, 65535));
+        const int step = CPG > 0 ? SY : 1;
+        int64_t s;
+        if (p.base.split_k > 0) {
+            s = std::min<int64_t>(p.base.split_k, pixels);
+        } else {
+            const int64_t lanes = CPG > 0 ? elems / (VC * bwd_weight_kt<CPG, VC>()) : elems;
+            s = (int64_t)kSmCount * 2048 / std::max<int64_t>(1, lanes);
+            s = std::min(s, std::max<int64_t>(1, pixels / 32));
+            const int64_t read = 2 * (g.N * g.in_pixels() * g.G * g.C + g.N * g.out_pixels() * g.G * g.K);
+            s = std::min(s, step * std::max<int64_t>(1, read / (4 * 4 * elems)));
+        }
+        s = std::max<int64_t>(1, std::min<int64_t>(s, (int64_t)65535 * step));
+        return (int)((s + step - 1) / step * step);
     }
+    static int rows(int slices) { return CPG > 0 ? slices / SY : slices; }
 
     static size_t workspace_size(const TdConvProblem& p) {
-        if (Direction != TD_CONV_BWD_WEIGHT) return 0;
         ConvGeometry g{};
         if (!conv_geometry(p, &g).empty()) return 0;
-        return (size_t)slices(p, g) * g.G * g.K * g.taps() * g.C * sizeof(float);
+        const size_t elems = (size_t)(g.G * g.K * g.taps() * g.C);
+        if (Direction == TD_CONV_BWD_WEIGHT) return (size_t)rows(slices(p, g)) * elems * sizeof(float);
+        return CPG > 0 ? elems * sizeof(float) : 0;  // the transposed weights
     }
 
     static unsigned blocks(int64_t threads) { return (unsigned)((threads + Threads - 1) / Threads); }
@@ -496,13 +562,23 @@ struct Sm90DirectConv {
         if (CPG > 0 && !(conv_aligned16(in) && conv_aligned16(wei) && conv_aligned16(out)))
             return fail(TD_REJECTED, "a tensor's address is not 16-byte aligned (the vector loads need it); "
                                      "the generic kernel takes it");
+        const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
+        const size_t need = workspace_size(p);
+        float* scratch = static_cast<float*>(ws);
+        if (ws && ws_bytes < need)
+            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
+                                         std::to_string(need));
+        if (!ws && need)
+            if (int st = device::scratch(need, stream_ptr, reinterpret_cast<void**>(&scratch))) return st;
         const T* x = static_cast<const T*>(in);
         const T* w = static_cast<const T*>(wei);
+        if (Direction != TD_CONV_BWD_WEIGHT && CPG > 0)
+            conv_transpose_weights<T><<<blocks(elems), Threads, 0, stream>>>(g, w, scratch);
         if (Direction == TD_CONV_FWD) {
             T* y = static_cast<T*>(out);
             if constexpr (CPG > 0) {
                 const int64_t n = (int64_t)g.N * g.out[0] * g.out[1] * ((g.out[2] + PW - 1) / PW) * (g.G * CPG / VC);
-                conv_fwd_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, x, w, y);
+                conv_fwd_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, x, scratch, y);
             } else {
                 conv_fwd_generic<T><<<blocks(geo.N * geo.out_pixels() * geo.G * geo.K), Threads, 0, stream>>>(g, x, w, y);
             }
@@ -511,7 +587,7 @@ struct Sm90DirectConv {
             const T* dy = static_cast<const T*>(out);
             if constexpr (CPG > 0) {
                 const int64_t n = (int64_t)g.N * g.in[0] * g.in[1] * ((g.in[2] + PW - 1) / PW) * (g.G * CPG / VC);
-                conv_bwd_data_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, dx, w, dy);
+                conv_bwd_data_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, dx, scratch, dy);
             } else {
                 conv_bwd_data_generic<T><<<blocks(geo.N * geo.in_pixels() * geo.G * geo.C), Threads, 0, stream>>>(g, dx, w, dy);
             }
@@ -519,22 +595,16 @@ struct Sm90DirectConv {
             T* dw = static_cast<T*>(const_cast<void*>(wei));
             const T* dy = static_cast<const T*>(out);
             const int s = slices(p, geo);
-            const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
-            const size_t need = (size_t)s * elems * sizeof(float);
-            float* partial = static_cast<float*>(ws);
-            if (ws && ws_bytes < need)
-                return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
-                                             std::to_string(need));
-            if (!ws)
-                if (int st = device::scratch(need, stream_ptr, reinterpret_cast<void**>(&partial))) return st;
             if constexpr (CPG > 0) {
                 constexpr int KT = bwd_weight_kt<CPG, VC>();
-                const int64_t n = (int64_t)s * g.taps * (CPG / KT) * (g.G * CPG / VC);
-                conv_bwd_weight_direct<T, CPG, VC><<<blocks(n), Threads, 0, stream>>>(g, x, dy, partial, s);
+                const int64_t lanes = (int64_t)g.taps * (CPG / KT) * (g.G * CPG / VC);
+                const dim3 grid((unsigned)((lanes + 31) / 32), (unsigned)(s / SY));
+                conv_bwd_weight_direct<T, CPG, VC, SY><<<grid, dim3(32, SY), 0, stream>>>(g, x, dy, scratch, s);
             } else {
-                conv_bwd_weight_generic<T><<<blocks(elems * s), Threads, 0, stream>>>(g, x, dy, partial, s);
+                conv_bwd_weight_generic<T><<<blocks(elems * s), Threads, 0, stream>>>(g, x, dy, scratch, s);
             }
-            conv_bwd_weight_reduce<T><<<blocks(elems), Threads, 0, stream>>>(partial, dw, elems, s);
+            conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(scratch, dw, elems,
+                                                                                               rows(s));
         }
         const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));

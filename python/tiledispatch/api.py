@@ -131,10 +131,10 @@ def _torch_fast(a, b, out, alpha):
     return out
 
 
-def _device_target() -> str:
-    target = registry().default_target("gemm")
+def _device_target(op: str = "gemm") -> str:
+    target = registry().default_target(op)
     if target == "cpu":
-        raise UnsupportedProblemError("the arrays are on a GPU, but this installation has no GEMM "
+        raise UnsupportedProblemError(f"the arrays are on a GPU, but this installation has no {op} "
                                       "library for it (rebuild with -Dgpu_targets=cpu,sm_90a)")
     return target
 
@@ -308,7 +308,7 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
         elif DeviceArray(out).dtype is not dtype.out:
             raise InvalidArgumentError(f"out must be a contiguous {shape} {dtype.out.key} array")
         tensors[slot] = _check_channels_last("out", out, shape)
-        dispatcher("conv", target or _device_target()).run(problem, *tensors, kernel=kernel, timed=False)
+        dispatcher("conv", target or _device_target("conv")).run(problem, *tensors, kernel=kernel, timed=False)
         return out
     out_dtype = numpy_dtype(dtype.out)
     if out is None:
