@@ -100,6 +100,7 @@ def _parse_tiles(container, path):
 
 
 PAIR_KNOBS = ("micro_tile", "cluster")
+TRIPLE_KNOBS = ("wave_shape", "warp_tile")
 
 
 def _parse_knobs(group, path):
@@ -121,10 +122,11 @@ def _parse_knobs(group, path):
             if key not in sub:
                 continue
             raw = sub[key]
-            if key in PAIR_KNOBS:
+            if key in PAIR_KNOBS or key in TRIPLE_KNOBS:
+                size = 2 if key in PAIR_KNOBS else 3
                 items = ([(raw, sub.line_of(key))] if isinstance(raw, LineList) and raw
                          and not isinstance(raw[0], list) else _as_list(sub, key, path))
-                axes.append([(key, _int_triple(item, item_line, key, path, 2), item_line)
+                axes.append([(key, _int_triple(item, item_line, key, path, size), item_line)
                              for item, item_line in items])
             else:
                 items = _as_list(sub, key, path)
@@ -153,8 +155,6 @@ def _parse_group(op, group, index, path):
     for key in group:
         if key not in allowed:
             hint = ""
-            if key == "hip":
-                hint = f" (the {key} backend is not part of this version)"
             raise _error(f"unknown key '{key}' in {op} group{hint}; allowed: {', '.join(allowed)}",
                          group.line_of(key), path)
     label = group.get("name", f"{op}[{index}]")

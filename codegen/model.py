@@ -31,6 +31,9 @@ class DType(enum.Enum):
     BF16 = ("bf16", "bf16", 2, 2, "bf16", "bfloat16")
     FP8_E4M3 = ("fp8_e4m3", "fp8e4m3", 3, 1, "bf16", "float8_e4m3fn")
     FP8_E5M2 = ("fp8_e5m2", "fp8e5m2", 4, 1, "bf16", "float8_e5m2")
+    # FNUZ fp8 (no negative zero, NaN = 0x80, exponent bias one higher): MI300 (gfx942).
+    FP8_E4M3_FNUZ = ("fp8_e4m3_fnuz", "fp8e4m3fnuz", 5, 1, "bf16", "float8_e4m3fnuz")
+    FP8_E5M2_FNUZ = ("fp8_e5m2_fnuz", "fp8e5m2fnuz", 6, 1, "bf16", "float8_e5m2fnuz")
 
     def __init__(self, key, token, code, nbytes, out_key, numpy_name):
         self.key = key
@@ -180,7 +183,7 @@ class Backend(enum.Enum):
 
     CPU = ("cpu", ".cpp", "the C++ compiler", True)
     CUDA = ("cuda", ".cu", "nvcc (CUDA toolkit)", True)
-    HIP = ("hip", ".hip", "hipcc or clang -x hip (ROCm)", False)
+    HIP = ("hip", ".hip", "hipcc or clang -x hip (ROCm)", True)
 
     def __init__(self, key, suffix, compiler, implemented):
         self.key = key
@@ -254,6 +257,8 @@ class CpuKnobs:
         """Why the cpu backend cannot build this variant (empty: it can)."""
         tm, tn, tk = tile
         out = []
+        if dtype in FNUZ:
+            out.append(f"{dtype.key} (FNUZ) is built for gfx942 only")
         if not 1 <= self.micro_m <= 16:
             out.append(f"micro tile rows {self.micro_m} not in 1..16")
         if self.micro_n not in (4, 8, 16, 32):
@@ -399,6 +404,8 @@ class CudaKnobs:
             return ["GEMM on the cuda backend uses algorithm cutlass"]
         if dtype is DType.FP32:
             out.append("fp32 inputs are not built on the cuda backend (use fp16, bf16 or fp8)")
+        if dtype in FNUZ:
+            out.append(f"{dtype.key} (FNUZ) is built for gfx942 only; NVIDIA fp8 is OCP (fp8_e4m3, fp8_e5m2)")
         if dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and layout is not Layout.RCR:
             out.append("fp8 wgmma needs K-major A and B: layout rcr only")
         if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
@@ -421,7 +428,118 @@ class CudaKnobs:
         return out
 
 
-KNOBS_BY_BACKEND = {Backend.CPU: CpuKnobs, Backend.CUDA: CudaKnobs}
+# --------------------------------------------------------------------------- hip knobs
+
+# MFMA shapes (M, N, K per instruction, one 64-lane wave) by input type and architecture.
+_MFMA_16BIT = {(32, 32, 8), (16, 16, 16)}
+_MFMA_FP8 = {(32, 32, 16), (16, 16, 32)}
+HIP_MFMA = {
+    "gfx90a": {DType.FP16: _MFMA_16BIT, DType.BF16: _MFMA_16BIT},
+    "gfx942": {DType.FP16: _MFMA_16BIT, DType.BF16: _MFMA_16BIT,
+               DType.FP8_E4M3_FNUZ: _MFMA_FP8, DType.FP8_E5M2_FNUZ: _MFMA_FP8},
+    "gfx950": {DType.FP16: _MFMA_16BIT, DType.BF16: _MFMA_16BIT,
+               DType.FP8_E4M3: _MFMA_FP8, DType.FP8_E5M2: _MFMA_FP8},
+}
+HIP_WAVE_SHAPES = ((1, 4, 1), (2, 2, 1), (4, 1, 1))
+HIP_LDS_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class HipKnobs:
+    """hip backend knobs (our MFMA kernels in bindings/hip/), as in CK Tile: wave shape
+    (waves per block along M, N, K), warp tile (the MFMA instruction shape), pipeline
+    (mem: one LDS buffer; compv3: two, the next K tile loaded while this one computes),
+    scheduler (intrawave; interwave: raised wave priority around the MFMA block) and
+    padding (pad: any size, bounds-checked; nopad: sizes multiples of the tile)."""
+
+    wave_m: int = 2
+    wave_n: int = 2
+    wave_k: int = 1
+    warp_m: int = 32
+    warp_n: int = 32
+    warp_k: int = 8
+    pipeline: str = "compv3"
+    scheduler: str = "intrawave"
+    pad: bool = True
+
+    PIPELINES = ("mem", "compv3")
+    SCHEDULERS = ("intrawave", "interwave")
+    YAML_KEYS = ("wave_shape", "warp_tile", "pipeline", "scheduler", "padding")
+
+    def __post_init__(self):
+        if self.pipeline not in self.PIPELINES:
+            raise ValueError(f"unknown pipeline '{self.pipeline}' (expected mem or compv3)")
+        if self.scheduler not in self.SCHEDULERS:
+            raise ValueError(f"unknown scheduler '{self.scheduler}' (expected intrawave or interwave)")
+
+    @classmethod
+    def from_yaml(cls, values: dict) -> "HipKnobs":
+        waves = values.get("wave_shape", (2, 2, 1))
+        warp = values.get("warp_tile", (32, 32, 8))
+        padding = values.get("padding", "pad")
+        if padding not in ("pad", "nopad"):
+            raise ValueError(f"unknown padding '{padding}' (expected pad or nopad)")
+        return cls(*waves, *warp, values.get("pipeline", "compv3"), values.get("scheduler", "intrawave"),
+                   padding == "pad")
+
+    @property
+    def waves(self):
+        return (self.wave_m, self.wave_n, self.wave_k)
+
+    @property
+    def warp(self):
+        return (self.warp_m, self.warp_n, self.warp_k)
+
+    @property
+    def token(self) -> str:
+        return (f"w{self.wave_m}x{self.wave_n}x{self.wave_k}_m{self.warp_m}x{self.warp_n}x{self.warp_k}_"
+                f"{self.pipeline}_{self.scheduler}_{'pad' if self.pad else 'nopad'}")
+
+    @classmethod
+    def from_token(cls, token: str) -> "HipKnobs":
+        match = re.fullmatch(r"w(\d+)x(\d+)x(\d+)_m(\d+)x(\d+)x(\d+)_(mem|compv3)_(intrawave|interwave)_(pad|nopad)",
+                             token)
+        if not match:
+            raise ValueError(f"bad hip knob token '{token}'")
+        nums = [int(v) for v in match.groups()[:6]]
+        return cls(*nums, match.group(7), match.group(8), match.group(9) == "pad")
+
+    def problems(self, op: str, dtype: "DType", layout, variant, tile, target) -> list[str]:
+        """Per-architecture rules: MFMA shapes per dtype, wave shapes, LDS capacity."""
+        out = []
+        tm, tn, tk = tile
+        shapes = HIP_MFMA.get(target)
+        if shapes is None:
+            return [f"the hip backend builds for {', '.join(HIP_MFMA)}, not {target}"]
+        if dtype not in shapes:
+            have = ", ".join(d.key for d in shapes)
+            out.append(f"{target} has no MFMA for {dtype.key} (it has: {have})")
+        elif self.warp not in shapes[dtype]:
+            out.append(f"warp tile {self.warp_m}x{self.warp_n}x{self.warp_k} is not an MFMA shape of {dtype.key} on "
+                       f"{target} (expected one of {', '.join('x'.join(map(str, s)) for s in sorted(shapes[dtype]))})")
+        if self.waves not in HIP_WAVE_SHAPES:
+            out.append(f"wave shape {'x'.join(map(str, self.waves))} not one of 1x4x1, 2x2x1, 4x1x1")
+        if tm % (self.wave_m * self.warp_m):
+            out.append(f"tile M {tm} is not a multiple of waves x warp tile ({self.wave_m} x {self.warp_m})")
+        if tn % (self.wave_n * self.warp_n):
+            out.append(f"tile N {tn} is not a multiple of waves x warp tile ({self.wave_n} x {self.warp_n})")
+        if tk % self.warp_k:
+            out.append(f"tile K {tk} is not a multiple of the warp tile K {self.warp_k}")
+        buffers = 2 if self.pipeline == "compv3" else 1
+        lds = buffers * (tm + tn) * tk * dtype.nbytes
+        if lds > HIP_LDS_BYTES:
+            out.append(f"tile {tm}x{tn}x{tk} with pipeline {self.pipeline} needs {lds} bytes of LDS (64 KiB max)")
+        per_lane = (tm // max(1, self.wave_m)) * (tn // max(1, self.wave_n)) // 64
+        if per_lane > 128:
+            out.append(f"{per_lane} accumulators per lane (more than 128)")
+        if op == "conv" and variant is not None and tk < 8:
+            out.append("conv tiles need K >= 8")
+        return out
+
+
+FNUZ = (DType.FP8_E4M3_FNUZ, DType.FP8_E5M2_FNUZ)
+
+KNOBS_BY_BACKEND = {Backend.CPU: CpuKnobs, Backend.CUDA: CudaKnobs, Backend.HIP: HipKnobs}
 
 
 def _tile_token(tile) -> str:
@@ -524,6 +642,9 @@ class GemmKernelConfig:
 def knobs_dict(knobs) -> dict:
     if isinstance(knobs, CpuKnobs):
         return {"micro_tile": [knobs.micro_m, knobs.micro_n]}
+    if isinstance(knobs, HipKnobs):
+        return {"wave_shape": list(knobs.waves), "warp_tile": list(knobs.warp), "pipeline": knobs.pipeline,
+                "scheduler": knobs.scheduler, "padding": "pad" if knobs.pad else "nopad"}
     if knobs.algorithm == "direct":
         return {"algorithm": "direct", "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,
