@@ -13,7 +13,7 @@ namespace {
 
 int check_problem(const TdConvProblem* p, ConvGeometry* g) {
     if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
-    if (p->dtype < TD_FP32 || p->dtype > TD_FP8_E5M2)
+    if (p->dtype < TD_FP32 || p->dtype > TD_FP8_E5M2_FNUZ)
         return fail(TD_ERROR, "unknown dtype code " + std::to_string(p->dtype));
     if (p->base.direction < TD_CONV_FWD || p->base.direction > TD_CONV_BWD_WEIGHT)
         return fail(TD_ERROR, "unknown direction code " + std::to_string(p->base.direction));

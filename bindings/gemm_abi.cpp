@@ -19,7 +19,7 @@ int check_problem(const TdGemmProblem* p) {
     if (p->M <= 0 || p->N <= 0 || p->K <= 0)
         return fail(TD_ERROR, "M, N and K must be positive (got M=" + std::to_string(p->M) +
                                   " N=" + std::to_string(p->N) + " K=" + std::to_string(p->K) + ")");
-    if (p->dtype < TD_FP32 || p->dtype > TD_FP8_E5M2)
+    if (p->dtype < TD_FP32 || p->dtype > TD_FP8_E5M2_FNUZ)
         return fail(TD_ERROR, "unknown dtype code " + std::to_string(p->dtype));
     if (p->layout < TD_RCR || p->layout > TD_CCR)
         return fail(TD_ERROR, "unknown layout code " + std::to_string(p->layout));

@@ -16,7 +16,7 @@ from .manifest import expand, load_manifest
 from .model import config_from_name
 from .registry import libraries, registry_json, table_source
 from .targets import resolve
-from .toolchain import cutlass_include_dirs
+from .toolchain import cutlass_include_dirs, hip_toolchain
 from .yamlsrc import ManifestError
 
 
@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     p.add_argument("--requested", required=True)
     p = sub.add_parser("cutlass-include", help="print the CUTLASS include folders, one per line")
     p.add_argument("--explicit", default="")
+    p = sub.add_parser("hip-toolchain", help="print the HIP compiler, then 'TARGET FLAGS...' per gfx target")
+    p.add_argument("--targets", required=True)
+    p.add_argument("--explicit", default="")
     p = sub.add_parser("list", help="the variants the manifest expands to")
     _selection_args(p)
     p.add_argument("--format", choices=("text", "meson"), default="text")
@@ -64,6 +67,11 @@ def main(argv=None) -> int:
     try:
         if args.command == "cutlass-include":
             print("\n".join(cutlass_include_dirs(args.explicit)))
+        elif args.command == "hip-toolchain":
+            compiler, flags = hip_toolchain([t for t in args.targets.split(",") if t], args.explicit)
+            print(compiler)
+            for target, extra in flags.items():
+                print(target, *extra)
         elif args.command == "targets":
             print(",".join(resolve(args.requested.split(","), _warn)))
         elif args.command == "list":

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import emit_cpu, emit_cuda
+from . import emit_cpu, emit_cuda, emit_hip
 from .model import Backend
 
-EMITTERS = {Backend.CPU: emit_cpu, Backend.CUDA: emit_cuda}
+EMITTERS = {Backend.CPU: emit_cpu, Backend.CUDA: emit_cuda, Backend.HIP: emit_hip}
 
 
 def emit_source(config) -> str:

@@ -26,3 +26,60 @@ def cutlass_include_dirs(explicit: str = "") -> list[str]:
     if not (include / "cutlass" / "cutlass.h").is_file():
         raise ValueError(f"the installed nvidia-cutlass package has no headers under {include}; {CUTLASS_HINT}")
     return [str(include), str(util)]
+
+
+HIP_HINT = ("install a HIP compiler and headers: on Debian/Ubuntu `apt-get install clang-19 lld-19 "
+            "libamdhip64-dev rocm-device-libs`, or ROCm's hipcc (set -Dhip_compiler=PATH or HIPCXX)")
+HIP_COMPILERS = ("hipcc", "clang++-20", "clang++-19", "clang++")
+DEVICE_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/aarch64-linux-gnu/amdgcn/bitcode",
+                   "/opt/rocm/amdgcn/bitcode", "/opt/rocm/lib/llvm/lib/clang/amdgcn/bitcode")
+PROBE = "#include <hip/hip_runtime.h>\n__global__ void td_probe(float* p) { p[0] = 1.0f; }\n"
+
+
+def _compiles(compiler: str, args: list[str]) -> tuple[bool, str]:
+    import os
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "probe.hip")
+        with open(src, "w", encoding="utf-8") as fh:
+            fh.write(PROBE)
+        try:
+            done = subprocess.run([compiler, "-x", "hip", "-O2", *args, "-c", src, "-o", os.path.join(tmp, "probe.o")],
+                                  capture_output=True, text=True, timeout=120, check=False)
+        except (OSError, subprocess.SubprocessError) as err:
+            return False, str(err)
+        return done.returncode == 0, done.stderr.strip()
+
+
+def hip_toolchain(targets: list[str], explicit: str = "") -> tuple[str, dict]:
+    """The HIP compiler and, per gfx target, the flags that select its device libraries:
+    --rocm-device-lib-path where they know the architecture, else -nogpulib (our kernels call
+    no device-library function). ValueError says what to install."""
+    import os
+    import shutil
+    candidates = [explicit] if explicit else ([os.environ["HIPCXX"]] if os.environ.get("HIPCXX") else []) + [
+        c for c in HIP_COMPILERS if shutil.which(c)]
+    if not candidates:
+        raise ValueError(f"a gfx target ({', '.join(targets)}) needs a HIP compiler; none found: {HIP_HINT}")
+    compiler, why = None, ""
+    for cand in candidates:
+        ok, why = _compiles(cand, [f"--offload-arch={targets[0]}", "-nogpulib"])
+        if ok:
+            compiler = cand
+            break
+    if compiler is None:
+        if "hip_runtime.h" in why:
+            raise ValueError(f"{candidates[0]} cannot find hip/hip_runtime.h: {HIP_HINT}")
+        raise ValueError(f"no HIP compiler here builds for {targets[0]} ({candidates[0]}: {why.splitlines()[-1] if why else 'failed'}); "
+                         f"gfx950 needs LLVM 20 or ROCm 6.4 or newer. {HIP_HINT}")
+    flags = {}
+    for target in targets:
+        ok, why = _compiles(compiler, [f"--offload-arch={target}", "-nogpulib"])
+        if not ok:
+            raise ValueError(f"{compiler} cannot build for {target}: {why.splitlines()[-1] if why else 'failed'} "
+                             f"(gfx950 needs LLVM 20 or ROCm 6.4 or newer)")
+        arch = target[3:]
+        libs = next((d for d in DEVICE_LIB_DIRS if os.path.isfile(os.path.join(d, f"oclc_isa_version_{arch}.bc"))), None)
+        flags[target] = [f"--rocm-device-lib-path={libs}"] if libs else ["-nogpulib"]
+    return compiler, flags

@@ -32,7 +32,10 @@ extern "C" {
 enum td_status { TD_OK = 0, TD_ERROR = -1, TD_UNSUPPORTED = -2, TD_REJECTED = -3 };
 
 /* Input element types. The output type is fp32 for fp32, fp16 for fp16, bf16 otherwise. */
-enum td_dtype { TD_FP32 = 0, TD_FP16 = 1, TD_BF16 = 2, TD_FP8_E4M3 = 3, TD_FP8_E5M2 = 4 };
+enum td_dtype {
+    TD_FP32 = 0, TD_FP16 = 1, TD_BF16 = 2, TD_FP8_E4M3 = 3, TD_FP8_E5M2 = 4,  /* fp8: OCP */
+    TD_FP8_E4M3_FNUZ = 5, TD_FP8_E5M2_FNUZ = 6                               /* fp8: FNUZ (MI300, gfx942) */
+};
 
 /* GEMM layouts: A, B, C row- (r) or column-major (c). */
 enum td_layout { TD_RCR = 0, TD_RRR = 1, TD_CRR = 2, TD_CCR = 3 };
