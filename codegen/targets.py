@@ -34,7 +34,12 @@ def detect_gpus() -> list[str]:
 
 def _missing_toolchain(target: str) -> str:
     """What a detected GPU target lacks to be built here ('' when nothing)."""
-    from .toolchain import cutlass_include_dirs
+    from .toolchain import cutlass_include_dirs, hip_toolchain
+    if backend_of(target).key == "hip":
+        try:
+            hip_toolchain([target])
+        except ValueError as err:
+            return str(err)
     if backend_of(target).key == "cuda":
         if target != "sm_90a":
             return f"the cuda backend builds sm_90a only in this version, not {target}"

@@ -36,7 +36,8 @@ def test_default_manifest_covers_every_dtype_layout_variant_and_conv_kind():
     configs = default_expansion().configs
     gemms = [c for c in configs if c.op == "gemm"]
     convs = [c for c in configs if c.op == "conv"]
-    assert {c.dtype for c in gemms} == set(DType)
+    # cpu builds every dtype but the FNUZ fp8 types, which are gfx942's (tests/test_hip.py)
+    assert {c.dtype for c in gemms} == set(DType) - {DType.FP8_E4M3_FNUZ, DType.FP8_E5M2_FNUZ}
     assert {c.layout for c in gemms} == set(Layout)
     assert {(c.variant, c.reduction) for c in gemms} == {
         (GemmVariant.STANDARD, None), (GemmVariant.STREAM_K, Reduction.ATOMIC),
@@ -96,16 +97,17 @@ def test_filter_globs_select_by_name():
 
 
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
-    configs = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
+    every = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
+    configs = [c for c in every if c.op == "gemm"]
     assert len(configs) == 25
-    assert {c.dtype for c in configs} == set(DType) - {DType.FP32}
+    assert {c.dtype for c in configs} == set(DType) - {DType.FP32, DType.FP8_E4M3_FNUZ, DType.FP8_E5M2_FNUZ}
     assert {c.layout for c in configs} == set(Layout)
     assert {(c.variant, c.reduction) for c in configs} == {
         (GemmVariant.STANDARD, None), (GemmVariant.STREAM_K, Reduction.ATOMIC),
         (GemmVariant.STREAM_K, Reduction.DETERMINISTIC)}
     assert {c.knobs.schedule for c in configs} == {"cooperative", "pingpong"}
     assert any(c.knobs.pad for c in configs)
-    for c in configs:
+    for c in every:
         assert config_from_name(c.name) == c
         assert c.name.endswith("_sm90a")
 
@@ -139,7 +141,7 @@ def parse(text):
     (GOOD_GROUP + "    variant: stream_k\n", 7, "variant stream_k needs 'reduction'"),
     (GOOD_GROUP.replace("    tile: [48, 64, 128]\n", ""), 3, "missing key 'tile'"),
     (GOOD_GROUP + "    cpu: {micro_tile: [7, 16]}\n", 7, "tile M 48 is not a multiple of the micro tile rows 7"),
-    (GOOD_GROUP + "    hip: {waves: [2, 2]}\n", 7, "the hip backend is not part of this version"),
+    (GOOD_GROUP + "    hip: {waves: [2, 2]}\n", 7, "unknown hip knob 'waves'"),
     (GOOD_GROUP.replace("[cpu]", "[sm_90a]") + "    cuda: {cluster: [2, 1]}\n", 7,
      "fp32 inputs are not built on the cuda backend"),
     (GOOD_GROUP.replace("[fp32]", "[bf16]").replace("[cpu]", "[sm_90a]").replace("48, 64, 128", "64, 128, 64")
@@ -239,7 +241,34 @@ def test_auto_targets_skip_gpus_this_machine_cannot_build(monkeypatch):
     monkeypatch.setattr(toolchain.importlib.util, "find_spec", lambda name: None)
     assert targets.resolve(["auto"], messages.append) == ["cpu"]
     assert any("CUTLASS headers are not installed" in m for m in messages)
-    assert any("gfx942" in m and "hip backend is not part of this version" in m for m in messages)
+    assert any("gfx942" in m and "needs a HIP compiler" in m for m in messages)
     with pytest.raises(ValueError, match="unknown target 'sm_99'"):
         targets.resolve(["cpu", "sm_99"], messages.append)
     assert targets.resolve(["cpu", "sm_90a"], messages.append) == ["cpu", "sm_90a"]  # explicit: kept
+
+
+def test_default_manifest_sm90a_direct_conv_variants():
+    """Own direct kernels for every direction and rank, each channel count per group of the
+    suite (1, 2, 4, 8, 16) and the generic one, bf16 and fp16."""
+    convs = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs if c.op == "conv"]
+    assert len(convs) == 6 * 3 * 3 * 2
+    assert {c.knobs.channels_per_group for c in convs} == {0, 1, 2, 4, 8, 16}
+    assert {c.dtype for c in convs} == {DType.BF16, DType.FP16}
+    name = "conv_bwdweight_nhwgc_bf16_1x8x128_direct_cpg4_sm90a"
+    assert name in {c.name for c in convs} and config_from_name(name).knobs.algorithm == "direct"
+
+
+@pytest.mark.parametrize("knobs, tile, why", [
+    ("{algorithm: direct, channels_per_group: 3}", "[4, 8, 128]", "channels_per_group 3 not one of"),
+    ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
+    ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
+    ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct"),
+])
+def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):
+    path = tmp_path / "k.yaml"
+    path.write_text("schema_version: 1\nconv:\n  - direction: fwd\n    layout: NHWGC\n    dtype: bf16\n"
+                    f"    tile: {tile}\n    targets: [sm_90a]\n    cuda: {knobs}\n")
+    with pytest.raises(ManifestError) as info:
+        expand(load_manifest(path), ["sm_90a"])
+    assert why in str(info.value) and str(path) + ":" in str(info.value)
