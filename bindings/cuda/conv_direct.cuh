@@ -75,6 +75,44 @@ __device__ __forceinline__ void load_vec(const T* p, float (&v)[VC]) {
     }
 }
 
+// Raw 16-byte vectors kept in registers (a window along W), converted where used.
+template <int VC>
+struct RawVec {
+    uint4 q[VC / 8];
+};
+
+template <int VC, class T>
+__device__ __forceinline__ RawVec<VC> load_raw(const T* p) {
+    RawVec<VC> r;
+#pragma unroll
+    for (int i = 0; i < VC / 8; ++i) r.q[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+    return r;
+}
+
+template <int VC>
+__device__ __forceinline__ RawVec<VC> zero_raw() {
+    RawVec<VC> r;
+#pragma unroll
+    for (int i = 0; i < VC / 8; ++i) r.q[i] = make_uint4(0, 0, 0, 0);
+    return r;
+}
+
+template <int VC, class T>
+__device__ __forceinline__ void raw_to_float(const RawVec<VC>& r, float (&v)[VC]) {
+#pragma unroll
+    for (int i = 0; i < VC / 8; ++i) {
+        const T* e = reinterpret_cast<const T*>(&r.q[i]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[i * 8 + j] = to_float(e[j]);
+    }
+}
+
+// The window fast path (stride 1, dilation 1 along W, filter width up to kMaxX): a thread
+// loads the PW + X - 1 input vectors of a filter row once and reuses them for every tap.
+constexpr int kMaxX = 7;
+template <int CPG, int VC, int PW>
+constexpr bool use_window() { return VC * CPG <= 64 && (PW + kMaxX - 1) * VC <= 128; }
+
 template <int VC, class T>
 __device__ __forceinline__ void store_vec(T* p, const float (&v)[VC]) {
 #pragma unroll
@@ -127,21 +165,28 @@ __device__ __forceinline__ void load_tap_weights(const float* __restrict__ wt, i
 }
 
 // ---------------------------------------------------------------- forward
-template <class T, int CPG, int VC, int PW>
-__global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const float* __restrict__ wt,
+// Registers capped so that several blocks fit an SM: 128 per thread up to 4 channels per
+// group, about 170 above.
+template <int CPG, int Threads>
+constexpr int min_blocks() { return CPG <= 4 ? 65536 / (Threads * 128) : 65536 / (Threads * 255) + 1; }
+
+template <class T, int CPG, int VC, int PW, int Threads>
+__global__ void __launch_bounds__(Threads, min_blocks<CPG, Threads>()) conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const float* __restrict__ wt,
                                 T* __restrict__ y) {
     constexpr int GB = VC / CPG;
     const int cblocks = g.G * CPG / VC;
     const int wblocks = (g.out[2] + PW - 1) / PW;
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)g.N * g.out[0] * g.out[1] * wblocks * cblocks) return;
-    const int cb = (int)(idx % cblocks); idx /= cblocks;
-    const int wb = (int)(idx % wblocks); idx /= wblocks;
-    const int oh = (int)(idx % g.out[1]); idx /= g.out[1];
-    const int od = (int)(idx % g.out[0]);
-    const int n = (int)(idx / g.out[0]);
+    // 32-bit index arithmetic: supports() keeps every tensor below 2^31 elements.
+    unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if ((int64_t)idx >= (int64_t)g.N * g.out[0] * g.out[1] * wblocks * cblocks) return;
+    const int cb = (int)(idx % (unsigned)cblocks); idx /= (unsigned)cblocks;
+    const int wb = (int)(idx % (unsigned)wblocks); idx /= (unsigned)wblocks;
+    const int oh = (int)(idx % (unsigned)g.out[1]); idx /= (unsigned)g.out[1];
+    const int od = (int)(idx % (unsigned)g.out[0]);
+    const int n = (int)(idx / (unsigned)g.out[0]);
     const int ow0 = wb * PW, g0 = cb * GB;
     const int64_t chans = (int64_t)g.G * CPG;
+    const bool window = g.stride[2] == 1 && g.dil[2] == 1 && g.fil[2] <= kMaxX;
     float acc[PW][VC];
 #pragma unroll
     for (int p = 0; p < PW; ++p)
@@ -154,6 +199,40 @@ __global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const
             const int ih = oh * g.stride[1] - g.pad[1] + yy * g.dil[1];
             if (ih < 0 || ih >= g.in[1]) continue;
             const T* row = x + (((int64_t)n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * chans + cb * VC;
+            if constexpr (use_window<CPG, VC, PW>()) {
+                if (window) {
+                    constexpr int WN = PW + kMaxX - 1;
+                    RawVec<VC> win[WN];
+                    const int iw0 = ow0 - g.pad[2];
+#pragma unroll
+                    for (int j = 0; j < WN; ++j) {
+                        const int iw = iw0 + j;
+                        win[j] = (j < PW + g.fil[2] - 1 && iw >= 0 && iw < g.in[2]) ? load_raw<VC>(row + (int64_t)iw * chans)
+                                                                                    : zero_raw<VC>();
+                    }
+#pragma unroll
+                    for (int t = 0; t < kMaxX; ++t) {
+                        if (t >= g.fil[2]) break;
+                        float wv[GB][CPG][CPG];
+                        load_tap_weights<GB, CPG>(wt, g.G, g0, (z * g.fil[1] + yy) * g.fil[2] + t, wv);
+#pragma unroll
+                        for (int p = 0; p < PW; ++p) {
+                            float xv[VC];
+                            raw_to_float<VC, T>(win[p + t], xv);
+#pragma unroll
+                            for (int j = 0; j < GB; ++j)
+#pragma unroll
+                                for (int k = 0; k < CPG; ++k) {
+                                    float sum = acc[p][j * CPG + k];
+#pragma unroll
+                                    for (int c = 0; c < CPG; ++c) sum = fmaf(xv[j * CPG + c], wv[j][k][c], sum);
+                                    acc[p][j * CPG + k] = sum;
+                                }
+                        }
+                    }
+                    continue;
+                }
+            }
             for (int xx = 0; xx < g.fil[2]; ++xx) {
                 const int tap = (z * g.fil[1] + yy) * g.fil[2] + xx;
                 float wv[GB][CPG][CPG];
@@ -186,21 +265,22 @@ __global__ void conv_fwd_direct(DeviceGeometry g, const T* __restrict__ x, const
 // ---------------------------------------------------------------- backward data
 // dx[n][i][g][c] = sum over taps and k of dy[n][o][g][k] * w[g][k][tap][c],
 // where o = (i + pad - f * dil) / stride when that divides exactly and lands inside.
-template <class T, int CPG, int VC, int PW>
-__global__ void conv_bwd_data_direct(DeviceGeometry g, T* __restrict__ dx, const float* __restrict__ wt,
+template <class T, int CPG, int VC, int PW, int Threads>
+__global__ void __launch_bounds__(Threads, min_blocks<CPG, Threads>()) conv_bwd_data_direct(DeviceGeometry g, T* __restrict__ dx, const float* __restrict__ wt,
                                      const T* __restrict__ dy) {
     constexpr int GB = VC / CPG;
     const int cblocks = g.G * CPG / VC;
     const int wblocks = (g.in[2] + PW - 1) / PW;
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)g.N * g.in[0] * g.in[1] * wblocks * cblocks) return;
-    const int cb = (int)(idx % cblocks); idx /= cblocks;
-    const int wb = (int)(idx % wblocks); idx /= wblocks;
-    const int ih = (int)(idx % g.in[1]); idx /= g.in[1];
-    const int id = (int)(idx % g.in[0]);
-    const int n = (int)(idx / g.in[0]);
+    unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if ((int64_t)idx >= (int64_t)g.N * g.in[0] * g.in[1] * wblocks * cblocks) return;
+    const int cb = (int)(idx % (unsigned)cblocks); idx /= (unsigned)cblocks;
+    const int wb = (int)(idx % (unsigned)wblocks); idx /= (unsigned)wblocks;
+    const int ih = (int)(idx % (unsigned)g.in[1]); idx /= (unsigned)g.in[1];
+    const int id = (int)(idx % (unsigned)g.in[0]);
+    const int n = (int)(idx / (unsigned)g.in[0]);
     const int iw0 = wb * PW, g0 = cb * GB;
     const int64_t chans = (int64_t)g.G * CPG;
+    const bool window = g.stride[2] == 1 && g.dil[2] == 1 && g.fil[2] <= kMaxX;
     float acc[PW][VC];
 #pragma unroll
     for (int p = 0; p < PW; ++p)
@@ -217,6 +297,40 @@ __global__ void conv_bwd_data_direct(DeviceGeometry g, T* __restrict__ dx, const
             const int oh = nh / g.stride[1];
             if (oh >= g.out[1]) continue;
             const T* row = dy + (((int64_t)n * g.out[0] + od) * g.out[1] + oh) * g.out[2] * chans + cb * VC;
+            if constexpr (use_window<CPG, VC, PW>()) {
+                if (window) {
+                    constexpr int WN = PW + kMaxX - 1;
+                    RawVec<VC> win[WN];
+                    const int ob = iw0 + g.pad[2] - (kMaxX - 1);
+#pragma unroll
+                    for (int j = 0; j < WN; ++j) {
+                        const int ow = ob + j;
+                        win[j] = (j >= kMaxX - g.fil[2] && ow >= 0 && ow < g.out[2]) ? load_raw<VC>(row + (int64_t)ow * chans)
+                                                                                    : zero_raw<VC>();
+                    }
+#pragma unroll
+                    for (int t = 0; t < kMaxX; ++t) {
+                        if (t >= g.fil[2]) break;
+                        float wv[GB][CPG][CPG];
+                        load_tap_weights<GB, CPG>(wt, g.G, g0, (z * g.fil[1] + yy) * g.fil[2] + t, wv);
+#pragma unroll
+                        for (int p = 0; p < PW; ++p) {
+                            float gv[VC];
+                            raw_to_float<VC, T>(win[p - t + kMaxX - 1], gv);
+#pragma unroll
+                            for (int j = 0; j < GB; ++j)
+#pragma unroll
+                                for (int c = 0; c < CPG; ++c) {
+                                    float sum = acc[p][j * CPG + c];
+#pragma unroll
+                                    for (int k = 0; k < CPG; ++k) sum = fmaf(gv[j * CPG + k], wv[j][k][c], sum);
+                                    acc[p][j * CPG + c] = sum;
+                                }
+                        }
+                    }
+                    continue;
+                }
+            }
             for (int xx = 0; xx < g.fil[2]; ++xx) {
                 const int tap = (z * g.fil[1] + yy) * g.fil[2] + xx;
                 float wv[GB][CPG][CPG];
@@ -377,6 +491,86 @@ __global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x
                 for (int y = 0; y < SY - 1; ++y) s += red[y][(j * KT + k) * CPG + c][threadIdx.x];
                 out[(((int64_t)(g0 + j) * CPG + kc * KT + k) * g.taps + tap) * CPG + c] = s;
             }
+}
+
+// Depthwise bwd_weight, window path (stride 1, dilation 1 along W, X <= kMaxX): a thread owns
+// one filter row (z, y) of VC channels and walks whole output rows of its slice PW pixels at
+// a time: PW dy vectors and the PW + X - 1 input vectors under them, each loaded once, feed
+// all X taps. Block (32 lanes, SY slices) as conv_bwd_weight_direct; partial rows likewise.
+template <class T, int VC, int PW, int SY>
+__global__ void conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
+                                          float* __restrict__ partial, int slices) {
+    __shared__ float red[SY - 1][kMaxX * VC][32];
+    const int cblocks = g.G / VC;
+    const int filter_rows = g.fil[0] * g.fil[1];
+    const int lane = blockIdx.x * 32 + threadIdx.x;
+    const bool active = lane < filter_rows * cblocks;
+    const int cb = lane % cblocks;
+    const int frow = lane / cblocks;
+    const int fz = frow / g.fil[1], fy = frow % g.fil[1];
+    const int slice = blockIdx.y * SY + threadIdx.y;
+    const int64_t rows = (int64_t)g.N * g.out[0] * g.out[1];
+    const int64_t per = (rows + slices - 1) / slices;
+    const int64_t begin = (int64_t)slice * per;
+    const int64_t end = !active ? begin : begin + per < rows ? begin + per : rows;
+    const int64_t chans = g.G;
+    float acc[kMaxX][VC];
+#pragma unroll
+    for (int t = 0; t < kMaxX; ++t)
+#pragma unroll
+        for (int v = 0; v < VC; ++v) acc[t][v] = 0.f;
+    for (int64_t r = begin; r < end; ++r) {
+        const int oh = (int)(r % g.out[1]);
+        const int od = (int)(r / g.out[1] % g.out[0]);
+        const int n = (int)(r / ((int64_t)g.out[1] * g.out[0]));
+        const int id = od * g.stride[0] - g.pad[0] + fz * g.dil[0];
+        const int ih = oh * g.stride[1] - g.pad[1] + fy * g.dil[1];
+        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
+        const T* xrow = x + (((int64_t)n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * chans + cb * VC;
+        const T* grow = dy + (((int64_t)n * g.out[0] + od) * g.out[1] + oh) * g.out[2] * chans + cb * VC;
+        for (int ow0 = 0; ow0 < g.out[2]; ow0 += PW) {
+            RawVec<VC> gr[PW];
+            RawVec<VC> win[PW + kMaxX - 1];
+#pragma unroll
+            for (int p = 0; p < PW; ++p)
+                gr[p] = ow0 + p < g.out[2] ? load_raw<VC>(grow + (int64_t)(ow0 + p) * chans) : zero_raw<VC>();
+#pragma unroll
+            for (int j = 0; j < PW + kMaxX - 1; ++j) {
+                const int iw = ow0 - g.pad[2] + j;
+                win[j] = (j < PW + g.fil[2] - 1 && iw >= 0 && iw < g.in[2]) ? load_raw<VC>(xrow + (int64_t)iw * chans)
+                                                                           : zero_raw<VC>();
+            }
+#pragma unroll
+            for (int p = 0; p < PW; ++p) {
+                float gv[VC];
+                raw_to_float<VC, T>(gr[p], gv);
+#pragma unroll
+                for (int t = 0; t < kMaxX; ++t) {
+                    float xv[VC];
+                    raw_to_float<VC, T>(win[p + t], xv);
+#pragma unroll
+                    for (int v = 0; v < VC; ++v) acc[t][v] = fmaf(gv[v], xv[v], acc[t][v]);
+                }
+            }
+        }
+    }
+    if (threadIdx.y > 0) {
+#pragma unroll
+        for (int t = 0; t < kMaxX; ++t)
+#pragma unroll
+            for (int v = 0; v < VC; ++v) red[threadIdx.y - 1][t * VC + v][threadIdx.x] = acc[t][v];
+    }
+    __syncthreads();
+    if (threadIdx.y > 0 || !active) return;
+    float* out = partial + (int64_t)blockIdx.y * g.G * g.taps;
+    for (int t = 0; t < g.fil[2] && t < kMaxX; ++t)
+#pragma unroll
+        for (int v = 0; v < VC; ++v) {
+            float sum = acc[t][v];
+#pragma unroll
+            for (int y = 0; y < SY - 1; ++y) sum += red[y][t * VC + v][threadIdx.x];
+            out[(int64_t)(cb * VC + v) * g.taps + frow * g.fil[2] + t] = sum;  // dw[g][0][tap][0]
+        }
 }
 
 // dw[e] = sum over rows of partial[row][e]. Block (32 elements, 8 row lanes); each lane
@@ -543,11 +737,34 @@ struct Sm90DirectConv {
     }
     static int rows(int slices) { return CPG > 0 ? slices / SY : slices; }
 
+    // Depthwise bwd_weight through the window kernel: slices of output rows instead.
+    static constexpr int kWindowPW = 8;
+    static bool dw_window(const ConvGeometry& g) {
+        return CPG == 1 && Direction == TD_CONV_BWD_WEIGHT && g.stride[2] == 1 && g.dil[2] == 1 && g.fil[2] <= kMaxX;
+    }
+    static int dw_slices(const TdConvProblem& p, const ConvGeometry& g) {
+        const int64_t out_rows = g.N * g.out[0] * g.out[1];
+        int64_t s;
+        if (p.base.split_k > 0) {
+            s = std::min<int64_t>(p.base.split_k, out_rows);
+        } else {
+            const int64_t lanes = g.fil[0] * g.fil[1] * (g.G / VC);
+            const int64_t elems = g.G * g.taps();
+            s = (int64_t)kSmCount * 1024 / std::max<int64_t>(1, lanes);
+            s = std::min(s, out_rows);
+            const int64_t read = 2 * (g.N * g.in_pixels() * g.G + g.N * g.out_pixels() * g.G);
+            s = std::min(s, SY * std::max<int64_t>(1, read / (4 * 4 * elems)));
+        }
+        s = std::max<int64_t>(1, std::min<int64_t>(s, (int64_t)65535 * SY));
+        return (int)((s + SY - 1) / SY * SY);
+    }
+
     static size_t workspace_size(const TdConvProblem& p) {
         ConvGeometry g{};
         if (!conv_geometry(p, &g).empty()) return 0;
         const size_t elems = (size_t)(g.G * g.K * g.taps() * g.C);
-        if (Direction == TD_CONV_BWD_WEIGHT) return (size_t)rows(slices(p, g)) * elems * sizeof(float);
+        if (Direction == TD_CONV_BWD_WEIGHT)
+            return (size_t)(dw_window(g) ? dw_slices(p, g) / SY : rows(slices(p, g))) * elems * sizeof(float);
         return CPG > 0 ? elems * sizeof(float) : 0;  // the transposed weights
     }
 
@@ -578,7 +795,7 @@ struct Sm90DirectConv {
             T* y = static_cast<T*>(out);
             if constexpr (CPG > 0) {
                 const int64_t n = (int64_t)g.N * g.out[0] * g.out[1] * ((g.out[2] + PW - 1) / PW) * (g.G * CPG / VC);
-                conv_fwd_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, x, scratch, y);
+                conv_fwd_direct<T, CPG, VC, PW, Threads><<<blocks(n), Threads, 0, stream>>>(g, x, scratch, y);
             } else {
                 conv_fwd_generic<T><<<blocks(geo.N * geo.out_pixels() * geo.G * geo.K), Threads, 0, stream>>>(g, x, w, y);
             }
@@ -587,15 +804,22 @@ struct Sm90DirectConv {
             const T* dy = static_cast<const T*>(out);
             if constexpr (CPG > 0) {
                 const int64_t n = (int64_t)g.N * g.in[0] * g.in[1] * ((g.in[2] + PW - 1) / PW) * (g.G * CPG / VC);
-                conv_bwd_data_direct<T, CPG, VC, PW><<<blocks(n), Threads, 0, stream>>>(g, dx, scratch, dy);
+                conv_bwd_data_direct<T, CPG, VC, PW, Threads><<<blocks(n), Threads, 0, stream>>>(g, dx, scratch, dy);
             } else {
                 conv_bwd_data_generic<T><<<blocks(geo.N * geo.in_pixels() * geo.G * geo.C), Threads, 0, stream>>>(g, dx, w, dy);
             }
         } else {
             T* dw = static_cast<T*>(const_cast<void*>(wei));
             const T* dy = static_cast<const T*>(out);
-            const int s = slices(p, geo);
-            if constexpr (CPG > 0) {
+            const bool window = dw_window(geo);
+            const int s = window ? dw_slices(p, geo) : slices(p, geo);
+            if (window) {
+                if constexpr (CPG == 1) {
+                    const int64_t lanes = (int64_t)g.fil[0] * g.fil[1] * (g.G / VC);
+                    const dim3 grid((unsigned)((lanes + 31) / 32), (unsigned)(s / SY));
+                    conv_bwd_weight_dw_window<T, VC, kWindowPW, SY><<<grid, dim3(32, SY), 0, stream>>>(g, x, dy, scratch, s);
+                }
+            } else if constexpr (CPG > 0) {
                 constexpr int KT = bwd_weight_kt<CPG, VC>();
                 const int64_t lanes = (int64_t)g.taps * (CPG / KT) * (g.G * CPG / VC);
                 const dim3 grid((unsigned)((lanes + 31) / 32), (unsigned)(s / SY));
@@ -604,7 +828,7 @@ struct Sm90DirectConv {
                 conv_bwd_weight_generic<T><<<blocks(elems * s), Threads, 0, stream>>>(g, x, dy, scratch, s);
             }
             conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(scratch, dw, elems,
-                                                                                               rows(s));
+                                                                                               window ? s / SY : rows(s));
         }
         const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
