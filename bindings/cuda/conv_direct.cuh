@@ -499,7 +499,7 @@ __global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x
 // all X taps. Block (32 lanes, SY slices) as conv_bwd_weight_direct; partial rows likewise.
 template <class T, int VC, int PW, int SY>
 __global__ void conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
-                                          float* __restrict__ partial, int slices) {
+                                          float* __restrict__ partial, int slices, int seg_len) {
     __shared__ float red[SY - 1][kMaxX * VC][32];
     const int cblocks = g.G / VC;
     const int filter_rows = g.fil[0] * g.fil[1];
@@ -509,17 +509,22 @@ __global__ void conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict_
     const int frow = lane / cblocks;
     const int fz = frow / g.fil[1], fy = frow % g.fil[1];
     const int slice = blockIdx.y * SY + threadIdx.y;
-    const int64_t rows = (int64_t)g.N * g.out[0] * g.out[1];
-    const int64_t per = (rows + slices - 1) / slices;
+    // Work units: segments of seg_len output pixels along W of each output row.
+    const int segs = (g.out[2] + seg_len - 1) / seg_len;
+    const int64_t units = (int64_t)g.N * g.out[0] * g.out[1] * segs;
+    const int64_t per = (units + slices - 1) / slices;
     const int64_t begin = (int64_t)slice * per;
-    const int64_t end = !active ? begin : begin + per < rows ? begin + per : rows;
+    const int64_t end = !active ? begin : begin + per < units ? begin + per : units;
     const int64_t chans = g.G;
     float acc[kMaxX][VC];
 #pragma unroll
     for (int t = 0; t < kMaxX; ++t)
 #pragma unroll
         for (int v = 0; v < VC; ++v) acc[t][v] = 0.f;
-    for (int64_t r = begin; r < end; ++r) {
+    for (int64_t u = begin; u < end; ++u) {
+        const int64_t r = u / segs;
+        const int w_begin = (int)(u % segs) * seg_len;
+        const int w_end = w_begin + seg_len < g.out[2] ? w_begin + seg_len : g.out[2];
         const int oh = (int)(r % g.out[1]);
         const int od = (int)(r / g.out[1] % g.out[0]);
         const int n = (int)(r / ((int64_t)g.out[1] * g.out[0]));
@@ -528,12 +533,12 @@ __global__ void conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict_
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
         const T* xrow = x + (((int64_t)n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * chans + cb * VC;
         const T* grow = dy + (((int64_t)n * g.out[0] + od) * g.out[1] + oh) * g.out[2] * chans + cb * VC;
-        for (int ow0 = 0; ow0 < g.out[2]; ow0 += PW) {
+        for (int ow0 = w_begin; ow0 < w_end; ow0 += PW) {
             RawVec<VC> gr[PW];
             RawVec<VC> win[PW + kMaxX - 1];
 #pragma unroll
             for (int p = 0; p < PW; ++p)
-                gr[p] = ow0 + p < g.out[2] ? load_raw<VC>(grow + (int64_t)(ow0 + p) * chans) : zero_raw<VC>();
+                gr[p] = ow0 + p < w_end ? load_raw<VC>(grow + (int64_t)(ow0 + p) * chans) : zero_raw<VC>();
 #pragma unroll
             for (int j = 0; j < PW + kMaxX - 1; ++j) {
                 const int iw = ow0 - g.pad[2] + j;
@@ -742,21 +747,26 @@ struct Sm90DirectConv {
     static bool dw_window(const ConvGeometry& g) {
         return CPG == 1 && Direction == TD_CONV_BWD_WEIGHT && g.stride[2] == 1 && g.dil[2] == 1 && g.fil[2] <= kMaxX;
     }
-    static int dw_slices(const TdConvProblem& p, const ConvGeometry& g) {
-        const int64_t out_rows = g.N * g.out[0] * g.out[1];
-        int64_t s;
-        if (p.base.split_k > 0) {
-            s = std::min<int64_t>(p.base.split_k, out_rows);
-        } else {
-            const int64_t lanes = g.fil[0] * g.fil[1] * (g.G / VC);
-            const int64_t elems = g.G * g.taps();
-            s = (int64_t)kSmCount * 1024 / std::max<int64_t>(1, lanes);
-            s = std::min(s, out_rows);
+    struct DwPlan {
+        int slices, seg_len;
+    };
+    static DwPlan dw_plan(const TdConvProblem& p, const ConvGeometry& g) {
+        const int64_t out_rows = g.N * g.out[0] * g.out[1], wo = g.out[2];
+        const int64_t lanes = g.fil[0] * g.fil[1] * (g.G / VC);
+        const int64_t elems = g.G * g.taps();
+        int64_t want = p.base.split_k > 0 ? p.base.split_k : (int64_t)kSmCount * 1024 / std::max<int64_t>(1, lanes);
+        // split rows along W where there are too few rows (1D): at least 4 x PW pixels a segment
+        int64_t segs = std::max<int64_t>(1, std::min((want + out_rows - 1) / out_rows, (wo + 4 * kWindowPW - 1) / (4 * kWindowPW)));
+        int64_t seg_len = (wo + segs - 1) / segs;
+        seg_len = (seg_len + kWindowPW - 1) / kWindowPW * kWindowPW;
+        segs = (wo + seg_len - 1) / seg_len;
+        int64_t s = std::min(want, out_rows * segs);
+        if (p.base.split_k <= 0) {
             const int64_t read = 2 * (g.N * g.in_pixels() * g.G + g.N * g.out_pixels() * g.G);
             s = std::min(s, SY * std::max<int64_t>(1, read / (4 * 4 * elems)));
         }
         s = std::max<int64_t>(1, std::min<int64_t>(s, (int64_t)65535 * SY));
-        return (int)((s + SY - 1) / SY * SY);
+        return DwPlan{(int)((s + SY - 1) / SY * SY), (int)seg_len};
     }
 
     static size_t workspace_size(const TdConvProblem& p) {
@@ -764,7 +774,7 @@ struct Sm90DirectConv {
         if (!conv_geometry(p, &g).empty()) return 0;
         const size_t elems = (size_t)(g.G * g.K * g.taps() * g.C);
         if (Direction == TD_CONV_BWD_WEIGHT)
-            return (size_t)(dw_window(g) ? dw_slices(p, g) / SY : rows(slices(p, g))) * elems * sizeof(float);
+            return (size_t)(dw_window(g) ? dw_plan(p, g).slices / SY : rows(slices(p, g))) * elems * sizeof(float);
         return CPG > 0 ? elems * sizeof(float) : 0;  // the transposed weights
     }
 
@@ -812,12 +822,14 @@ struct Sm90DirectConv {
             T* dw = static_cast<T*>(const_cast<void*>(wei));
             const T* dy = static_cast<const T*>(out);
             const bool window = dw_window(geo);
-            const int s = window ? dw_slices(p, geo) : slices(p, geo);
+            const DwPlan plan = window ? dw_plan(p, geo) : DwPlan{0, 0};
+            const int s = window ? plan.slices : slices(p, geo);
             if (window) {
                 if constexpr (CPG == 1) {
                     const int64_t lanes = (int64_t)g.fil[0] * g.fil[1] * (g.G / VC);
                     const dim3 grid((unsigned)((lanes + 31) / 32), (unsigned)(s / SY));
-                    conv_bwd_weight_dw_window<T, VC, kWindowPW, SY><<<grid, dim3(32, SY), 0, stream>>>(g, x, dy, scratch, s);
+                    conv_bwd_weight_dw_window<T, VC, kWindowPW, SY><<<grid, dim3(32, SY), 0, stream>>>(g, x, dy, scratch, s,
+                                                                                                     plan.seg_len);
                 }
             } else if constexpr (CPG > 0) {
                 constexpr int KT = bwd_weight_kt<CPG, VC>();
