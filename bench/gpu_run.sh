@@ -2,7 +2,7 @@
 # One run on a GPU machine (the H200 through the device tool): build and install the
 # cpu + sm_90a libraries, run the GPU tests, memcheck a sample of kernels, benchmark
 # against cuBLAS. Logs go to $OUT; a short table is printed last.
-#   bash bench/gpu_run.sh [all|build|test|bench|conv]...   (several: build conv)
+#   bash bench/gpu_run.sh [all|build|test|bench|conv|profile]...   (several: build conv)
 #   KERNEL_FILTER='conv_*,*_cpu' bash bench/gpu_run.sh build conv   builds only those variants
 set -uo pipefail
 OUT=${OUT:-/tmp/td-out}
@@ -43,6 +43,10 @@ if want conv; then
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_conv.py" 2>&1 | tee "$OUT/test_gpu_conv.log" | tail -25
   step "conv benchmark against cuDNN"
   python3 "$OLDPWD/bench/conv.py" --json "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" | tail -40
+fi
+if want profile; then
+  step "Nsight Compute on the conv kernels"
+  bash "$OLDPWD/bench/conv_profile.sh" 2>&1 | tail -80
 fi
 if want bench; then
   step "benchmark against torch"

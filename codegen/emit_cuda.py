@@ -30,12 +30,27 @@ const ConvKernel kernel_${name} =
 }  // namespace td
 """)
 
+CONV_MMA_TEMPLATE = Template(BANNER + """\
+// kernel: ${name}
+#include "cuda/conv_mma.cuh"
+
+namespace td {
+extern const ConvKernel kernel_${name};
+const ConvKernel kernel_${name} =
+    cuda::Sm90MmaConv<${dtype_code}, ${ndim}, ${direction}, ${cpg}, ${pixels}>::entry("${name}");
+}  // namespace td
+""")
+
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
 def emit(config) -> str:
+    if isinstance(config, ConvKernelConfig) and config.knobs.algorithm == "mma":
+        return CONV_MMA_TEMPLATE.substitute(
+            name=config.name, dtype_code=config.dtype.code, ndim=config.ndim,
+            direction=config.direction.code, cpg=config.knobs.channels_per_group, pixels=config.tile[0])
     if isinstance(config, ConvKernelConfig):
         pixels, chans, threads = config.tile
         return CONV_TEMPLATE.substitute(

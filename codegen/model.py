@@ -295,13 +295,14 @@ class CudaKnobs:
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
-    algorithm: str = "cutlass"     # cutlass | direct
-    channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16
+    algorithm: str = "cutlass"     # cutlass | direct | mma
+    channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct")
+    ALGORITHMS = ("cutlass", "direct", "mma")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
+    MMA_CPG = (2, 4, 8, 16, 32)
     YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned")
 
     def __post_init__(self):
@@ -310,23 +311,25 @@ class CudaKnobs:
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
-            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass or direct)")
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct or mma)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
+        if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
+            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16, 32 (mma)")
 
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
         algorithm = values.get("algorithm", "cutlass")
-        if algorithm == "direct":
+        if algorithm in ("direct", "mma"):
             extra = set(values) - {"algorithm", "channels_per_group"}
             if extra:
-                raise ValueError(f"the direct algorithm takes no {', '.join(sorted(extra))}")
+                raise ValueError(f"the {algorithm} algorithm takes no {', '.join(sorted(extra))}")
             cpg = values.get("channels_per_group", "any")
-            if cpg == "any":
+            if cpg == "any" and algorithm == "direct":
                 cpg = 0
             elif not isinstance(cpg, int) or cpg == 0:
                 raise ValueError(f"channels_per_group must be 1, 2, 4, 8, 16 or any, got {cpg!r}")
-            return cls(algorithm="direct", channels_per_group=cpg)
+            return cls(algorithm=algorithm, channels_per_group=cpg)
         if "channels_per_group" in values:
             raise ValueError("channels_per_group applies only to algorithm direct")
         cluster = values.get("cluster", (1, 1))
@@ -340,6 +343,8 @@ class CudaKnobs:
     def token(self) -> str:
         if self.algorithm == "direct":
             return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
+        if self.algorithm == "mma":
+            return f"mma_cpg{self.channels_per_group}"
         parts = [f"c{self.cluster_m}x{self.cluster_n}", self.SCHEDULES[self.schedule]]
         if self.epilogue != "tma":
             parts.append(self.epilogue)
@@ -352,6 +357,9 @@ class CudaKnobs:
         direct = re.fullmatch(r"direct_(?:cpg(\d+)|anycpg)", token)
         if direct:
             return cls(algorithm="direct", channels_per_group=int(direct.group(1) or 0))
+        mma = re.fullmatch(r"mma_cpg(\d+)", token)
+        if mma:
+            return cls(algorithm="mma", channels_per_group=int(mma.group(1)))
         match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?", token)
         if not match:
             raise ValueError(f"bad cuda knob token '{token}'")
@@ -368,8 +376,10 @@ class CudaKnobs:
         return self._gemm_problems(dtype, layout, variant, tile)
 
     def _direct_problems(self, dtype, direction, tile) -> list[str]:
+        if self.algorithm == "mma":
+            return self._mma_problems(dtype, direction, tile)
         if self.algorithm != "direct":
-            return ["convolution on the cuda backend uses algorithm direct (CUTLASS sm90 convolution "
+            return ["convolution on the cuda backend uses algorithm direct or mma (CUTLASS sm90 convolution "
                     "is not part of this version)"]
         out = []
         pixels, chans, threads = tile
@@ -394,6 +404,20 @@ class CudaKnobs:
                 out.append(f"output pixels per thread {pixels} not in 1..8")
             if pixels * chans > 64:
                 out.append(f"{pixels} pixels x {chans} channels is more than 64 accumulators per thread")
+        return out
+
+    def _mma_problems(self, dtype, direction, tile) -> list[str]:
+        """Tensor-core grouped conv (bindings/cuda/conv_mma.cuh): tile = (16 x PM pixels per
+        warp, 8 x ceil(cpg / 8) channels per warp, 16)."""
+        out = []
+        cpg = self.channels_per_group
+        if dtype not in (DType.FP16, DType.BF16):
+            out.append(f"mma convolution kernels take fp16 or bf16, not {dtype.key}")
+        if direction is Direction.BWD_WEIGHT:
+            out.append("the mma kernels compute fwd and bwd_data (bwd_weight: algorithm direct)")
+        want = (None, 8 * ((cpg + 7) // 8), 16)
+        if tile[0] not in (16, 32, 64) or tile[1:] != want[1:]:
+            out.append(f"mma tile must be [16|32|64, {want[1]}, 16] for {cpg} channels per group, not {list(tile)}")
         return out
 
     def _gemm_problems(self, dtype, layout, variant, tile) -> list[str]:
@@ -645,8 +669,8 @@ def knobs_dict(knobs) -> dict:
     if isinstance(knobs, HipKnobs):
         return {"wave_shape": list(knobs.waves), "warp_tile": list(knobs.warp), "pipeline": knobs.pipeline,
                 "scheduler": knobs.scheduler, "padding": "pad" if knobs.pad else "nopad"}
-    if knobs.algorithm == "direct":
-        return {"algorithm": "direct", "channels_per_group": knobs.channels_per_group or "any"}
+    if knobs.algorithm in ("direct", "mma"):
+        return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,
             "epilogue": knobs.epilogue, "misaligned": "pad" if knobs.pad else "reject"}
 

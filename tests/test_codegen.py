@@ -250,8 +250,12 @@ def test_auto_targets_skip_gpus_this_machine_cannot_build(monkeypatch):
 def test_default_manifest_sm90a_direct_conv_variants():
     """Own direct kernels for every direction and rank, each channel count per group of the
     suite (1, 2, 4, 8, 16) and the generic one, bf16 and fp16."""
-    convs = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs if c.op == "conv"]
+    every = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs if c.op == "conv"]
+    convs = [c for c in every if c.knobs.algorithm == "direct"]
     assert len(convs) == 6 * 3 * 3 * 2
+    mma = [c for c in every if c.knobs.algorithm == "mma"]
+    assert len(mma) == 5 * 2 * 3 * 2 and {c.direction.key for c in mma} == {"fwd", "bwd_data"}
+    assert "conv_fwd_ndhwgc_bf16_32x16x16_mma_cpg16_sm90a" in {c.name for c in mma}
     assert {c.knobs.channels_per_group for c in convs} == {0, 1, 2, 4, 8, 16}
     assert {c.dtype for c in convs} == {DType.BF16, DType.FP16}
     name = "conv_bwdweight_nhwgc_bf16_1x8x128_direct_cpg4_sm90a"
@@ -263,7 +267,9 @@ def test_default_manifest_sm90a_direct_conv_variants():
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct or mma"),
+    ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),
+    ("{algorithm: mma, channels_per_group: 1}", "[32, 8, 16]", "not one of 2, 4, 8, 16, 32 (mma)"),
 ])
 def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):
     path = tmp_path / "k.yaml"

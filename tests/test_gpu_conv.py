@@ -127,9 +127,10 @@ def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
 
 def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
     d = td.Dispatcher("conv", GPU)
-    for C, direction in ((1, "fwd"), (4, "bwd_data"), (8, "bwd_weight"), (16, "fwd")):
+    for C, direction, kind in ((1, "fwd", "direct"), (4, "bwd_data", "mma"), (8, "bwd_weight", "direct"),
+                               (16, "fwd", "mma"), (2, "bwd_weight", "direct")):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
-        assert d.select(p).endswith(f"_direct_cpg{C}_sm90a"), d.select(p)
+        assert d.select(p).endswith(f"_{kind}_cpg{C}_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")
     assert d.select(p).endswith("_direct_anycpg_sm90a")
 
