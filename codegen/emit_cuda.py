@@ -41,12 +41,31 @@ const ConvKernel kernel_${name} =
 }  // namespace td
 """)
 
+CONV_GEMM_TEMPLATE = Template(BANNER + """\
+// kernel: ${name}
+#include "cuda/conv_gemm.cuh"
+
+namespace td {
+extern const ConvKernel kernel_${name};
+const ConvKernel kernel_${name} =
+    cuda::Sm90GemmConv<${dtype_code}, ${ndim}, ${direction}, ${tile_m}, ${tile_n}, ${tile_k},
+                       ${cluster_m}, ${cluster_n}, ${pingpong}>::entry("${name}");
+}  // namespace td
+""")
+
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
 def emit(config) -> str:
+    if isinstance(config, ConvKernelConfig) and config.knobs.algorithm == "im2col":
+        k = config.knobs
+        tm, tn, tk = config.tile
+        return CONV_GEMM_TEMPLATE.substitute(
+            name=config.name, dtype_code=config.dtype.code, ndim=config.ndim, direction=config.direction.code,
+            tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=k.cluster_m, cluster_n=k.cluster_n,
+            pingpong=_bool(k.schedule == "pingpong"))
     if isinstance(config, ConvKernelConfig) and config.knobs.algorithm == "mma":
         return CONV_MMA_TEMPLATE.substitute(
             name=config.name, dtype_code=config.dtype.code, ndim=config.ndim,

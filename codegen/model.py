@@ -300,7 +300,7 @@ class CudaKnobs:
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct", "mma")
+    ALGORITHMS = ("cutlass", "direct", "mma", "im2col")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
     YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned")
@@ -311,7 +311,7 @@ class CudaKnobs:
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
-            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct or mma)")
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, mma or im2col)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
@@ -336,6 +336,8 @@ class CudaKnobs:
         misaligned = values.get("misaligned", "reject")
         if misaligned not in ("reject", "pad"):
             raise ValueError(f"unknown misaligned '{misaligned}' (expected reject or pad)")
+        if algorithm == "im2col" and (values.get("epilogue", "tma") != "tma" or misaligned != "reject"):
+            raise ValueError("algorithm im2col takes cluster and schedule only")
         return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
                    values.get("epilogue", "tma"), misaligned == "pad", algorithm)
 
@@ -345,6 +347,8 @@ class CudaKnobs:
             return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
         if self.algorithm == "mma":
             return f"mma_cpg{self.channels_per_group}"
+        if self.algorithm == "im2col":
+            return f"im2col_c{self.cluster_m}x{self.cluster_n}_{self.SCHEDULES[self.schedule]}"
         parts = [f"c{self.cluster_m}x{self.cluster_n}", self.SCHEDULES[self.schedule]]
         if self.epilogue != "tma":
             parts.append(self.epilogue)
@@ -360,6 +364,10 @@ class CudaKnobs:
         mma = re.fullmatch(r"mma_cpg(\d+)", token)
         if mma:
             return cls(algorithm="mma", channels_per_group=int(mma.group(1)))
+        im2col = re.fullmatch(r"im2col_c(\d+)x(\d+)_(coop|pp)", token)
+        if im2col:
+            schedule = {v: k for k, v in cls.SCHEDULES.items()}[im2col.group(3)]
+            return cls(int(im2col.group(1)), int(im2col.group(2)), schedule, algorithm="im2col")
         match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?", token)
         if not match:
             raise ValueError(f"bad cuda knob token '{token}'")
@@ -378,9 +386,14 @@ class CudaKnobs:
     def _direct_problems(self, dtype, direction, tile) -> list[str]:
         if self.algorithm == "mma":
             return self._mma_problems(dtype, direction, tile)
+        if self.algorithm == "im2col":  # dense conv through a CUTLASS GEMM: the GEMM's rules
+            if dtype not in (DType.FP16, DType.BF16):
+                return [f"im2col convolution takes fp16 or bf16, not {dtype.key}"]
+            layout = Layout.CRR if direction is Direction.BWD_WEIGHT else Layout.RCR
+            return self._gemm_problems(dtype, layout, GemmVariant.STANDARD, tile, check_algorithm=False)
         if self.algorithm != "direct":
-            return ["convolution on the cuda backend uses algorithm direct or mma (CUTLASS sm90 convolution "
-                    "is not part of this version)"]
+            return ["convolution on the cuda backend uses algorithm direct, mma or im2col (CUTLASS sm90 "
+                    "implicit-GEMM convolution is not part of this version)"]
         out = []
         pixels, chans, threads = tile
         cpg = self.channels_per_group
@@ -420,11 +433,11 @@ class CudaKnobs:
             out.append(f"mma tile must be [16|32|64, {want[1]}, 16] for {cpg} channels per group, not {list(tile)}")
         return out
 
-    def _gemm_problems(self, dtype, layout, variant, tile) -> list[str]:
+    def _gemm_problems(self, dtype, layout, variant, tile, check_algorithm=True) -> list[str]:
         """The sm90 CUTLASS rules."""
         out = []
         tm, tn, tk = tile
-        if self.algorithm != "cutlass":
+        if check_algorithm and self.algorithm != "cutlass":
             return ["GEMM on the cuda backend uses algorithm cutlass"]
         if dtype is DType.FP32:
             out.append("fp32 inputs are not built on the cuda backend (use fp16, bf16 or fp8)")
@@ -669,6 +682,8 @@ def knobs_dict(knobs) -> dict:
     if isinstance(knobs, HipKnobs):
         return {"wave_shape": list(knobs.waves), "warp_tile": list(knobs.warp), "pipeline": knobs.pipeline,
                 "scheduler": knobs.scheduler, "padding": "pad" if knobs.pad else "nopad"}
+    if knobs.algorithm == "im2col":
+        return {"algorithm": "im2col", "cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule}
     if knobs.algorithm in ("direct", "mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,

@@ -44,6 +44,8 @@ def from_torch_layout(t):
 def geometry(kernel):
     """(G, C, K) the kernel takes: its channels per group, enough groups for two
     channel vectors; the generic kernel gets C != K."""
+    if kernel.knobs.algorithm == "im2col":  # dense, channels multiples of 8
+        return 1, 16, 24
     cpg = kernel.knobs.channels_per_group
     if cpg == 0:
         return 3, 3, 5
@@ -64,8 +66,12 @@ def quantized(shape, dtype, gen):
 
 
 def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
+    """Runs one case; False (nothing run) when the kernel does not take the problem."""
     nd = len(inp)
     dt = kernel.dtype
+    problem = td.ConvProblem(N, G, C, K, inp, fil, st, pad, dil, kernel.direction, dt)
+    if not td.Dispatcher("conv", GPU).is_supported(problem, kernel=kernel.name if name is None else name):
+        return False
     kwargs = dict(stride=st, padding=pad, dilation=dil, groups=G, direction=kernel.direction.key,
                   kernel=kernel.name if name is None else name)
     out_size = tuple((i + 2 * p - d * (f - 1) - 1) // s + 1 for i, f, s, p, d in zip(inp, fil, st, pad, dil))
@@ -109,6 +115,7 @@ def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
             f"{kernel.name} N={N} G={G} C={C} K={K} in={inp} fil={fil} stride={st} pad={pad} dil={dil}: "
             f"{int(bad.sum())} of {bad.numel()} outside tolerance; first at {at}: got {float(got[at])}, "
             f"reference {float(ref[at])}, sum |terms| {float(mag[at])}, tolerance {tol * float(mag[at]) + reference.underflow(dt)}")
+    return True
 
 
 @pytest.fixture
@@ -121,14 +128,17 @@ def gen():
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     G, C, K = geometry(kernel)
-    for inp, fil, st, pad, dil in CASES[kernel.ndim]:
-        run_case(kernel, gen, 3, G, C, K, inp, fil, st, pad, dil)
+    ran = [run_case(kernel, gen, 3, G, C, K, inp, fil, st, pad, dil) for inp, fil, st, pad, dil in CASES[kernel.ndim]]
+    assert ran[0], f"{kernel.name} refused the plain stride-1 case"
+    if kernel.knobs.algorithm == "im2col":  # the pointwise path (no im2col buffer) too
+        one = tuple(1 for _ in range(kernel.ndim))
+        assert run_case(kernel, gen, 2, G, C, K, CASES[kernel.ndim][0][0], one, one, tuple(0 for _ in one), one)
 
 
 def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
     d = td.Dispatcher("conv", GPU)
-    for C, direction, kind in ((1, "fwd", "direct"), (4, "bwd_data", "mma"), (8, "bwd_weight", "direct"),
-                               (16, "fwd", "mma"), (2, "bwd_weight", "direct")):
+    for C, direction, kind in ((1, "fwd", "direct"), (4, "bwd_data", "direct"), (8, "bwd_weight", "direct"),
+                               (16, "fwd", "direct"), (2, "bwd_weight", "direct"), (32, "fwd", "mma")):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
         assert d.select(p).endswith(f"_{kind}_cpg{C}_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")
@@ -180,6 +190,15 @@ def test_td_conv_on_numpy_takes_the_host_path():
                    torch.from_numpy(w.astype(np.float64)).permute(0, 3, 1, 2).cuda(), None, 1, 1, 1, 24)
     assert isinstance(y, np.ndarray) and y.dtype == ml_dtypes.bfloat16
     assert np.allclose(y.astype(np.float64), from_torch_layout(ref).cpu().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_dense_problems_go_to_the_gemm_path_and_grouped_ones_do_not():
+    d = td.Dispatcher("conv", GPU)
+    for direction in ("fwd", "bwd_data", "bwd_weight"):
+        p = td.ConvProblem(2, 1, 64, 128, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
+        assert "_im2col_" in d.select(p), d.select(p)
+    p = td.ConvProblem(2, 1, 64, 128, (14, 14), (3, 3), 2, 1, 1, "bwd_data", "bf16")  # stride 2: not the GEMM path
+    assert "_anycpg_" in d.select(p)
 
 
 def test_fp32_conv_on_the_gpu_is_minus_2():
