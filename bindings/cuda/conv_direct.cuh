@@ -363,98 +363,6 @@ __global__ void __launch_bounds__(Threads, min_blocks<CPG, Threads>()) conv_bwd_
 }
 
 
-// ---------------------------------------------------------------- depthwise, sliding window
-// Depthwise fwd and bwd_data with stride 1 and dilation 1 along W and filter width <= MAXX:
-// each input (fwd) or output-gradient (bwd_data) vector of a filter row is loaded and
-// converted once and feeds every (pixel, tap) pair it belongs to; the row's MAXX tap
-// weights stay in registers. Thread = (n, d, h, PW pixels along W, VC channels).
-//   fwd       window j = p + t          over iw = ow0 - pad + j
-//   bwd_data  window j = p - t + MAXX-1 over ow = iw0 + pad - (MAXX - 1) + j
-template <class T, int Direction, int VC, int PW, int MAXX, int Threads>
-__global__ void __launch_bounds__(Threads, 65536 / (Threads * 128))
-    conv_dw_slide(DeviceGeometry g, const T* __restrict__ src, const float* __restrict__ wt, T* __restrict__ dst) {
-    constexpr bool fwd = Direction == TD_CONV_FWD;
-    const int* rows = fwd ? g.out : g.in;     // what this thread writes
-    const int* from = fwd ? g.in : g.out;     // what it reads
-    const int cblocks = g.G / VC;
-    const int wblocks = (rows[2] + PW - 1) / PW;
-    unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if ((int64_t)idx >= (int64_t)g.N * rows[0] * rows[1] * wblocks * cblocks) return;
-    const int cb = (int)(idx % (unsigned)cblocks); idx /= (unsigned)cblocks;
-    const int wb = (int)(idx % (unsigned)wblocks); idx /= (unsigned)wblocks;
-    const int r1 = (int)(idx % (unsigned)rows[1]); idx /= (unsigned)rows[1];
-    const int r0 = (int)(idx % (unsigned)rows[0]);
-    const int n = (int)(idx / (unsigned)rows[0]);
-    const int w0 = wb * PW;
-    const int64_t chans = g.G;
-    float acc[PW][VC];
-#pragma unroll
-    for (int p = 0; p < PW; ++p)
-#pragma unroll
-        for (int v = 0; v < VC; ++v) acc[p][v] = 0.f;
-    const int X = g.fil[2];
-    for (int z = 0; z < g.fil[0]; ++z) {
-        int s0;
-        if (fwd) {
-            s0 = r0 * g.stride[0] - g.pad[0] + z * g.dil[0];
-            if (s0 < 0 || s0 >= from[0]) continue;
-        } else {
-            const int num = r0 + g.pad[0] - z * g.dil[0];
-            if (num < 0 || num % g.stride[0]) continue;
-            s0 = num / g.stride[0];
-            if (s0 >= from[0]) continue;
-        }
-        for (int yy = 0; yy < g.fil[1]; ++yy) {
-            int s1;
-            if (fwd) {
-                s1 = r1 * g.stride[1] - g.pad[1] + yy * g.dil[1];
-                if (s1 < 0 || s1 >= from[1]) continue;
-            } else {
-                const int num = r1 + g.pad[1] - yy * g.dil[1];
-                if (num < 0 || num % g.stride[1]) continue;
-                s1 = num / g.stride[1];
-                if (s1 >= from[1]) continue;
-            }
-            const T* row = src + (((int64_t)n * from[0] + s0) * from[1] + s1) * from[2] * chans + cb * VC;
-            const int tap0 = (z * g.fil[1] + yy) * X;
-            float wv[MAXX][VC];
-#pragma unroll
-            for (int t = 0; t < MAXX; ++t) {
-                if (t < X) {
-                    const float* q = wt + (int64_t)(tap0 + t) * g.G + cb * VC;
-#pragma unroll
-                    for (int v = 0; v < VC; v += 4) {
-                        const float4 f = __ldg(reinterpret_cast<const float4*>(q + v));
-                        wv[t][v] = f.x; wv[t][v + 1] = f.y; wv[t][v + 2] = f.z; wv[t][v + 3] = f.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int v = 0; v < VC; ++v) wv[t][v] = 0.f;
-                }
-            }
-            const int base = fwd ? w0 - g.pad[2] : w0 + g.pad[2] - (MAXX - 1);
-#pragma unroll
-            for (int j = 0; j < PW + MAXX - 1; ++j) {
-                const int pos = base + j;
-                if (pos < 0 || pos >= from[2]) continue;
-                float xv[VC];
-                load_vec<VC>(row + (int64_t)pos * chans, xv);
-#pragma unroll
-                for (int t = 0; t < MAXX; ++t) {
-                    const int p = fwd ? j - t : j + t - (MAXX - 1);
-                    if (p < 0 || p >= PW) continue;  // compile-time
-#pragma unroll
-                    for (int v = 0; v < VC; ++v) acc[p][v] = fmaf(xv[v], wv[t][v], acc[p][v]);
-                }
-            }
-        }
-    }
-    T* out = dst + ((((int64_t)n * rows[0] + r0) * rows[1] + r1) * rows[2] + w0) * chans + cb * VC;
-#pragma unroll
-    for (int p = 0; p < PW; ++p)
-        if (w0 + p < rows[2]) store_vec<VC>(out + p * chans, acc[p]);
-}
-
 // ---------------------------------------------------------------- backward weight
 // Output channels per thread: all of a group while the accumulators stay within 64.
 template <int CPG, int VC>
@@ -591,9 +499,8 @@ __global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x
 // a time: PW dy vectors and the PW + X - 1 input vectors under them, each loaded once, feed
 // all X taps. Block (32 lanes, SY slices) as conv_bwd_weight_direct; partial rows likewise.
 template <class T, int VC, int PW, int SY, int MAXX>
-__global__ void __launch_bounds__(32 * SY) conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict__ x,
-                                                                     const T* __restrict__ dy, float* __restrict__ partial,
-                                                                     int slices, int seg_len) {
+__global__ void __launch_bounds__(32 * SY) conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
+                                          float* __restrict__ partial, int slices, int seg_len) {
     __shared__ float red[SY - 1][MAXX * VC][32];
     const int cblocks = g.G / VC;
     const int filter_rows = g.fil[0] * g.fil[1];
@@ -610,7 +517,6 @@ __global__ void __launch_bounds__(32 * SY) conv_bwd_weight_dw_window(DeviceGeome
     const int64_t begin = (int64_t)slice * per;
     const int64_t end = !active ? begin : begin + per < units ? begin + per : units;
     const int64_t chans = g.G;
-    const int X = g.fil[2];
     float acc[MAXX][VC];
 #pragma unroll
     for (int t = 0; t < MAXX; ++t)
@@ -629,29 +535,28 @@ __global__ void __launch_bounds__(32 * SY) conv_bwd_weight_dw_window(DeviceGeome
         const T* xrow = x + (((int64_t)n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * chans + cb * VC;
         const T* grow = dy + (((int64_t)n * g.out[0] + od) * g.out[1] + oh) * g.out[2] * chans + cb * VC;
         for (int ow0 = w_begin; ow0 < w_end; ow0 += PW) {
-            float gv[PW][VC];
+            RawVec<VC> gr[PW];
+            RawVec<VC> win[PW + MAXX - 1];
 #pragma unroll
-            for (int p = 0; p < PW; ++p) {
-                if (ow0 + p < w_end) {
-                    load_vec<VC>(grow + (int64_t)(ow0 + p) * chans, gv[p]);
-                } else {
-#pragma unroll
-                    for (int v = 0; v < VC; ++v) gv[p][v] = 0.f;
-                }
-            }
-            // input iw = ow - pad + t: window element j = p + t, each loaded and converted once
+            for (int p = 0; p < PW; ++p)
+                gr[p] = ow0 + p < w_end ? load_raw<VC>(grow + (int64_t)(ow0 + p) * chans) : zero_raw<VC>();
 #pragma unroll
             for (int j = 0; j < PW + MAXX - 1; ++j) {
                 const int iw = ow0 - g.pad[2] + j;
-                if (iw < 0 || iw >= g.in[2]) continue;
-                float xv[VC];
-                load_vec<VC>(xrow + (int64_t)iw * chans, xv);
+                win[j] = (j < PW + g.fil[2] - 1 && iw >= 0 && iw < g.in[2]) ? load_raw<VC>(xrow + (int64_t)iw * chans)
+                                                                           : zero_raw<VC>();
+            }
+#pragma unroll
+            for (int p = 0; p < PW; ++p) {
+                float gv[VC];
+                raw_to_float<VC, T>(gr[p], gv);
 #pragma unroll
                 for (int t = 0; t < MAXX; ++t) {
-                    const int p = j - t;
-                    if (p < 0 || p >= PW) continue;  // compile-time
+                    if (t >= g.fil[2]) break;
+                    float xv[VC];
+                    raw_to_float<VC, T>(win[p + t], xv);
 #pragma unroll
-                    for (int v = 0; v < VC; ++v) acc[t][v] = fmaf(gv[p][v], xv[v], acc[t][v]);
+                    for (int v = 0; v < VC; ++v) acc[t][v] = fmaf(gv[v], xv[v], acc[t][v]);
                 }
             }
         }
@@ -665,17 +570,14 @@ __global__ void __launch_bounds__(32 * SY) conv_bwd_weight_dw_window(DeviceGeome
     __syncthreads();
     if (threadIdx.y > 0 || !active) return;
     float* out = partial + (int64_t)blockIdx.y * g.G * g.taps;
-#pragma unroll
-    for (int t = 0; t < MAXX; ++t) {
-        if (t >= X) break;
+    for (int t = 0; t < g.fil[2] && t < MAXX; ++t)
 #pragma unroll
         for (int v = 0; v < VC; ++v) {
             float sum = acc[t][v];
 #pragma unroll
             for (int y = 0; y < SY - 1; ++y) sum += red[y][t * VC + v][threadIdx.x];
-            out[(int64_t)(cb * VC + v) * g.taps + frow * X + t] = sum;  // dw[g][0][tap][0]
+            out[(int64_t)(cb * VC + v) * g.taps + frow * g.fil[2] + t] = sum;  // dw[g][0][tap][0]
         }
-    }
 }
 
 // dw[e] = sum over rows of partial[row][e]. Block (32 elements, 8 row lanes); each lane
@@ -901,21 +803,6 @@ struct Sm90DirectConv {
         const T* w = static_cast<const T*>(wei);
         if (Direction != TD_CONV_BWD_WEIGHT && CPG > 0)
             conv_transpose_weights<T><<<blocks(elems), Threads, 0, stream>>>(g, w, scratch);
-        const bool slide = CPG == 1 && Direction != TD_CONV_BWD_WEIGHT && g.stride[2] == 1 && g.dil[2] == 1 &&
-                           g.fil[2] <= kMaxX;
-        if constexpr (CPG == 1 && Direction != TD_CONV_BWD_WEIGHT) {
-            if (slide) {
-                const int* rows = Direction == TD_CONV_FWD ? g.out : g.in;
-                const int64_t n = (int64_t)g.N * rows[0] * rows[1] * ((rows[2] + PW - 1) / PW) * (g.G / VC);
-                const T* src = Direction == TD_CONV_FWD ? x : static_cast<const T*>(out);
-                T* dst = Direction == TD_CONV_FWD ? static_cast<T*>(out) : static_cast<T*>(const_cast<void*>(in));
-                if (g.fil[2] <= 3)
-                    conv_dw_slide<T, Direction, VC, PW, 3, Threads><<<blocks(n), Threads, 0, stream>>>(g, src, scratch, dst);
-                else
-                    conv_dw_slide<T, Direction, VC, PW, kMaxX, Threads><<<blocks(n), Threads, 0, stream>>>(g, src, scratch, dst);
-                return launch_status();
-            }
-        }
         if (Direction == TD_CONV_FWD) {
             T* y = static_cast<T*>(out);
             if constexpr (CPG > 0) {
@@ -940,7 +827,7 @@ struct Sm90DirectConv {
             const DwPlan plan = window ? dw_plan(p, geo) : DwPlan{0, 0};
             const int s = window ? plan.slices : slices(p, geo);
             if (window) {
-                if constexpr (CPG == 1) {
+                if constexpr (CPG == 1 && Direction == TD_CONV_BWD_WEIGHT) {
                     const int64_t lanes = (int64_t)g.fil[0] * g.fil[1] * (g.G / VC);
                     const dim3 grid((unsigned)((lanes + 31) / 32), (unsigned)(s / SY));
                     if (g.fil[2] <= 3)

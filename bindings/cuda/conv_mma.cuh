@@ -44,21 +44,33 @@ struct MmaRow {
     bool valid;
 };
 
+constexpr int kMmaMaxTaps = 512;
+
 template <class T, int Direction, int CPG, int PM>
 __global__ void __launch_bounds__(128) conv_mma(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ w,
                                                 const T* __restrict__ dy, T* __restrict__ dst) {
     constexpr int PN = (CPG + 7) / 8;
+    // Tap offsets (f * dil per dimension) once per block: no division in the K loop.
+    __shared__ int4 tap_off[kMmaMaxTaps];
+    for (int t = threadIdx.x; t < g.taps; t += blockDim.x) {
+        const int f2 = t % g.fil[2], f1 = (t / g.fil[2]) % g.fil[1], f0 = t / (g.fil[2] * g.fil[1]);
+        tap_off[t] = make_int4(f0 * g.dil[0], f1 * g.dil[1], f2 * g.dil[2], 0);
+    }
+    __syncthreads();
     const int lane = threadIdx.x & 31;
     const unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int* rows_size = Direction == TD_CONV_FWD ? g.out : g.in;
+    const int* src_size = Direction == TD_CONV_FWD ? g.in : g.out;
     const int64_t pixels = (int64_t)g.N * rows_size[0] * rows_size[1] * rows_size[2];
     const unsigned pblocks = (unsigned)((pixels + 16 * PM - 1) / (16 * PM));
-    if (warp >= pblocks * (unsigned)g.G) return;
+    if (warp >= pblocks * (unsigned)g.G) return;  // whole warps: mma.sync needs every lane
     const int grp = (int)(warp % (unsigned)g.G);
     const unsigned pb = warp / (unsigned)g.G;
     const int r = lane >> 2, q = lane & 3;
     const int taps = g.taps, kk_total = taps * CPG;
-    const int64_t chans = (int64_t)g.G * CPG;
+    const int chans = g.G * CPG;
+    const bool unit_stride = g.stride[0] == 1 && g.stride[1] == 1 && g.stride[2] == 1;
+    const T* src = Direction == TD_CONV_FWD ? x : dy;
 
     MmaRow row[PM][2];
 #pragma unroll
@@ -73,34 +85,33 @@ __global__ void __launch_bounds__(128) conv_mma(DeviceGeometry g, const T* __res
             m.c[1] = (int)(rest % rows_size[1]); rest /= rows_size[1];
             m.c[0] = (int)(rest % rows_size[0]);
             m.n = (int)(rest / rows_size[0]);
+            // fwd: input position = c * stride - pad + off;  bwd_data: output = (c + pad - off) / stride
+#pragma unroll
+            for (int d = 0; d < 3; ++d)
+                m.c[d] = Direction == TD_CONV_FWD ? m.c[d] * g.stride[d] - g.pad[d] : m.c[d] + g.pad[d];
         }
 
-    // A element pair (kk, kk + 1) of row m: both in one tap (CPG even), 32-bit load.
+    // A element pair (kk, kk + 1) of row m: both in one tap (CPG even), one 32-bit load.
     auto a_pair = [&](const MmaRow& m, int kk) -> uint32_t {
         if (!m.valid || kk >= kk_total) return 0u;
-        const int tap = kk / CPG, ch = kk % CPG;
-        const int f2 = tap % g.fil[2], f1 = (tap / g.fil[2]) % g.fil[1], f0 = tap / (g.fil[2] * g.fil[1]);
-        const int f[3] = {f0, f1, f2};
-        int p[3];
+        const int tap = kk / CPG, ch = kk % CPG;  // shifts: CPG is a power of two
+        const int4 off = tap_off[tap];
+        int p0, p1, p2;
         if (Direction == TD_CONV_FWD) {
-#pragma unroll
-            for (int d = 0; d < 3; ++d) {
-                p[d] = m.c[d] * g.stride[d] - g.pad[d] + f[d] * g.dil[d];
-                if (p[d] < 0 || p[d] >= g.in[d]) return 0u;
-            }
-            const int64_t at = ((((int64_t)m.n * g.in[0] + p[0]) * g.in[1] + p[1]) * g.in[2] + p[2]) * chans;
-            return ld32(x + at + grp * CPG + ch);
+            p0 = m.c[0] + off.x; p1 = m.c[1] + off.y; p2 = m.c[2] + off.z;
         } else {
-#pragma unroll
-            for (int d = 0; d < 3; ++d) {
-                const int num = m.c[d] + g.pad[d] - f[d] * g.dil[d];
-                if (num < 0 || num % g.stride[d]) return 0u;
-                p[d] = num / g.stride[d];
-                if (p[d] >= g.out[d]) return 0u;
+            p0 = m.c[0] - off.x; p1 = m.c[1] - off.y; p2 = m.c[2] - off.z;
+            if (!unit_stride) {
+                if (p0 < 0 || p1 < 0 || p2 < 0 || p0 % g.stride[0] || p1 % g.stride[1] || p2 % g.stride[2]) return 0u;
+                p0 /= g.stride[0]; p1 /= g.stride[1]; p2 /= g.stride[2];
             }
-            const int64_t at = ((((int64_t)m.n * g.out[0] + p[0]) * g.out[1] + p[1]) * g.out[2] + p[2]) * chans;
-            return ld32(dy + at + grp * CPG + ch);
         }
+        if ((unsigned)p0 >= (unsigned)src_size[0] || (unsigned)p1 >= (unsigned)src_size[1] ||
+            (unsigned)p2 >= (unsigned)src_size[2])
+            return 0u;
+        const unsigned at = (((unsigned)(m.n * src_size[0] + p0) * src_size[1] + p1) * src_size[2] + p2) * chans +
+                            grp * CPG + ch;
+        return ld32(src + at);
     };
     // B element pair (kk, kk + 1) at column n: fwd w[g][n][tap][c] (contiguous pair);
     // bwd_data w[g][k][tap][n] for k, k + 1 (two 16-bit loads).
@@ -136,15 +147,14 @@ __global__ void __launch_bounds__(128) conv_mma(DeviceGeometry g, const T* __res
         }
     }
 
-    const int* out_size = rows_size;
 #pragma unroll
     for (int i = 0; i < PM; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const MmaRow& m = row[i][h];
             if (!m.valid) continue;
-            const int64_t at = ((((int64_t)m.n * out_size[0] + m.c[0]) * out_size[1] + m.c[1]) * out_size[2] + m.c[2]) *
-                                   chans + grp * CPG;
+            const int64_t pix = (int64_t)pb * 16 * PM + i * 16 + r + 8 * h;  // rows are stored in order
+            const int64_t at = pix * chans + grp * CPG;
 #pragma unroll
             for (int j = 0; j < PN; ++j) {
                 const int col = j * 8 + 2 * q;
@@ -175,6 +185,7 @@ struct Sm90MmaConv {
         const int64_t biggest = std::max({g.N * g.in_pixels() * g.G * g.C, g.N * g.out_pixels() * g.G * g.K,
                                           g.G * g.K * g.taps() * g.C});
         if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
+        if (g.taps() > kMmaMaxTaps) { *why = "more than 512 filter taps"; return TD_UNSUPPORTED; }
         return TD_OK;
     }
 
