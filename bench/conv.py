@@ -73,8 +73,8 @@ def bench_problem(prob, direction, reps, flush, d, target):
     res = torch.empty_like({"fwd": dy, "bwd_data": x, "bwd_weight": w}[direction])
     ptrs = {"fwd": (x, w, res), "bwd_data": (res, w, dy), "bwd_weight": (x, res, dy)}[direction]
 
-    def ours_for(name):
-        return lambda: d.run(problem, *(t.data_ptr() for t in ptrs), kernel=name, stream=stream, timed=False)
+    def ours_for(kname):
+        return lambda: d.run(problem, *(t.data_ptr() for t in ptrs), kernel=kname, stream=stream, timed=False)
 
     if direction == "fwd":
         ours = lambda: d.run(problem, x.data_ptr(), w.data_ptr(), res.data_ptr(), kernel=kernel,  # noqa: E731
@@ -95,12 +95,11 @@ def bench_problem(prob, direction, reps, flush, d, target):
         ref = lambda: GRAD_WEIGHT[nd](xt.double(), wt.shape, dyt.double(), st, pad, 1, G)  # noqa: E731
         got = lambda: channels_last(res)  # noqa: E731
     # every compiled variant that takes the problem, timed the same way: the best of them
-    names = [k.name for k in d.kernels() if k.op == "conv" and d.is_supported(problem, kernel=k.name)]
     candidates = {}
-    for name in names:
-        run_one = ours_for(name)
-        run_one()
-        candidates[name] = run_one
+    for k in d.kernels:
+        if d.is_supported(problem, kernel=k.name):
+            candidates[k.name] = ours_for(k.name)
+            candidates[k.name]()
     ours()
     theirs()
     torch.cuda.synchronize()
@@ -112,12 +111,12 @@ def bench_problem(prob, direction, reps, flush, d, target):
         theirs_t.append(timed(theirs, flush))
     us, cudnn_us = statistics.median(ours_t), statistics.median(theirs_t)
     best_name, best_us = kernel, us
-    for name, run_one in candidates.items():
-        if name == kernel:
+    for kname, run_one in candidates.items():
+        if kname == kernel:
             continue
-        t = statistics.median(timed(run_one, flush) for _ in range(max(5, reps // 3)))
+        t = statistics.median([timed(run_one, flush) for _ in range(max(5, reps // 3))])
         if t < best_us:
-            best_name, best_us = name, t
+            best_name, best_us = kname, t
     flops = 2.0 * N * math.prod(out) * G * K * C * math.prod(fil)
     nbytes = 2 * (x.numel() + w.numel() + dy.numel())
     floor_us = nbytes / COPY_BW * 1e6
