@@ -50,7 +50,9 @@ double direct_cost(const KernelInfo& k, const ConvGeometry& g, int direction, in
         ? INT64_MAX
         : rows * ((pixels_w + k.tile_m - 1) / k.tile_m) * (g.G * k.micro_m / std::max(1, k.tile_n));
     const double fill = (double)sms * 2048.0;
-    return 1.0 + (items < fill ? (fill / (double)items - 1.0) * 0.05 : 0.0);
+    // among equals, 4 output pixels per thread (measured on the H200, bench/RESULTS.md)
+    const double pixels = k.tile_m == 4 ? 0.0 : 0.01;
+    return 1.0 + pixels + (items < fill ? (fill / (double)items - 1.0) * 0.05 : 0.0);
 }
 
 int ranked(const TdConvProblem* p, const char* name, std::vector<const ConvKernel*>* out) {

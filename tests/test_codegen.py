@@ -252,7 +252,7 @@ def test_default_manifest_sm90a_direct_conv_variants():
     suite (1, 2, 4, 8, 16) and the generic one, bf16 and fp16."""
     every = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs if c.op == "conv"]
     convs = [c for c in every if c.knobs.algorithm == "direct"]
-    assert len(convs) == 6 * 3 * 3 * 2
+    assert len(convs) == 6 * 3 * 3 * 2 + 2 * 2 * 3 * 2  # + two more depthwise pixel counts
     mma = [c for c in every if c.knobs.algorithm == "mma"]
     assert len(mma) == 5 * 2 * 3 * 2 and {c.direction.key for c in mma} == {"fwd", "bwd_data"}
     assert "conv_fwd_ndhwgc_bf16_32x16x16_mma_cpg16_sm90a" in {c.name for c in mma}
