@@ -267,7 +267,7 @@ def test_default_manifest_sm90a_direct_conv_variants():
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct or mma"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, mma or im2col"),
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),
     ("{algorithm: mma, channels_per_group: 1}", "[32, 8, 16]", "not one of 2, 4, 8, 16, 32 (mma)"),
 ])
