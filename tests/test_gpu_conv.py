@@ -138,7 +138,8 @@ def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
 def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
     d = td.Dispatcher("conv", GPU)
     for C, direction, kind in ((1, "fwd", "direct"), (4, "bwd_data", "direct"), (8, "bwd_weight", "direct"),
-                               (16, "fwd", "direct"), (2, "bwd_weight", "direct"), (32, "fwd", "mma")):
+                               (16, "fwd", "mma"), (16, "bwd_data", "mma"), (2, "bwd_weight", "direct"),
+                               (32, "fwd", "mma")):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
         assert d.select(p).endswith(f"_{kind}_cpg{C}_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")

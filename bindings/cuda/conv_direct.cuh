@@ -499,7 +499,7 @@ __global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x
 // a time: PW dy vectors and the PW + X - 1 input vectors under them, each loaded once, feed
 // all X taps. Block (32 lanes, SY slices) as conv_bwd_weight_direct; partial rows likewise.
 template <class T, int VC, int PW, int SY, int MAXX>
-__global__ void __launch_bounds__(32 * SY) conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
+__global__ void conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
                                           float* __restrict__ partial, int slices, int seg_len) {
     __shared__ float red[SY - 1][MAXX * VC][32];
     const int cblocks = g.G / VC;
