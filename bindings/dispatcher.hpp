@@ -48,6 +48,17 @@ double predicted_cost(const KernelInfo& k, const GemmShape& shape, bool streamk,
 
 int host_threads();
 
+// The workspace of one run: the caller's (TD_REJECTED when smaller than `need`) or, when
+// the caller gave none, the backend's reusable scratch buffer for the stream.
+inline int take_workspace(size_t need, void* ws, size_t ws_bytes, void* stream, void** out) {
+    *out = ws;
+    if (ws && ws_bytes < need)
+        return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
+                                     std::to_string(need));
+    if (!ws && need) return device::scratch(need, stream, out);
+    return TD_OK;
+}
+
 // Copies name into buf or fails with TD_ERROR when it does not fit.
 int copy_name(const char* name, char* buf, size_t size);
 

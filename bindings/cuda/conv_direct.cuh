@@ -692,17 +692,25 @@ __global__ void conv_bwd_weight_generic(DeviceGeometry g, const T* __restrict__ 
 // ---------------------------------------------------------------- host side
 inline bool conv_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// The checks every conv variant starts with: its dtype, rank and direction, a well-formed
+// problem. TD_OK with the geometry in *g, else TD_UNSUPPORTED and the reason.
+inline int conv_variant_matches(const TdConvProblem& p, int dtype, int ndim, int direction, ConvGeometry* g,
+                                std::string* why) {
+    if (p.dtype != dtype) { *why = "dtype differs"; return TD_UNSUPPORTED; }
+    if (p.ndim != ndim) { *why = "spatial rank differs"; return TD_UNSUPPORTED; }
+    if (p.base.direction != direction) { *why = "direction differs"; return TD_UNSUPPORTED; }
+    if (!conv_geometry(p, g).empty()) { *why = "malformed problem"; return TD_UNSUPPORTED; }
+    return TD_OK;
+}
+
 template <int DType, int Ndim, int Direction, int CPG, int PW, int VC, int Threads>
 struct Sm90DirectConv {
     using T = typename ConvElement<DType>::T;
     static constexpr int kSmCount = 132;
 
     static int supports(const TdConvProblem& p, std::string* why) {
-        if (p.dtype != DType) { *why = "dtype differs"; return TD_UNSUPPORTED; }
-        if (p.ndim != Ndim) { *why = "spatial rank differs"; return TD_UNSUPPORTED; }
-        if (p.base.direction != Direction) { *why = "direction differs"; return TD_UNSUPPORTED; }
         ConvGeometry g{};
-        if (!conv_geometry(p, &g).empty()) { *why = "malformed problem"; return TD_UNSUPPORTED; }
+        if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
         if (CPG > 0) {
             if (g.C != CPG || g.K != CPG) {
                 *why = "channels per group C=" + std::to_string(g.C) + ", K=" + std::to_string(g.K) +
@@ -792,13 +800,9 @@ struct Sm90DirectConv {
             return fail(TD_REJECTED, "a tensor's address is not 16-byte aligned (the vector loads need it); "
                                      "the generic kernel takes it");
         const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
-        const size_t need = workspace_size(p);
-        float* scratch = static_cast<float*>(ws);
-        if (ws && ws_bytes < need)
-            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
-                                         std::to_string(need));
-        if (!ws && need)
-            if (int st = device::scratch(need, stream_ptr, reinterpret_cast<void**>(&scratch))) return st;
+        float* scratch = nullptr;
+        if (int st = take_workspace(workspace_size(p), ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&scratch)))
+            return st;
         const T* x = static_cast<const T*>(in);
         const T* w = static_cast<const T*>(wei);
         if (Direction != TD_CONV_BWD_WEIGHT && CPG > 0)

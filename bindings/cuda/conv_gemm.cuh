@@ -95,11 +95,8 @@ struct Sm90GemmConv {
     }
 
     static int supports(const TdConvProblem& p, std::string* why) {
-        if (p.dtype != DType) { *why = "dtype differs"; return TD_UNSUPPORTED; }
-        if (p.ndim != Ndim) { *why = "spatial rank differs"; return TD_UNSUPPORTED; }
-        if (p.base.direction != Direction) { *why = "direction differs"; return TD_UNSUPPORTED; }
         ConvGeometry g{};
-        if (!conv_geometry(p, &g).empty()) { *why = "malformed problem"; return TD_UNSUPPORTED; }
+        if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
         if (g.G != 1) { *why = "the GEMM path takes dense convolutions (G = 1)"; return TD_UNSUPPORTED; }
         if (g.C % 8 || g.K % 8) { *why = "C and K must be multiples of 8 (16-byte rows for TMA)"; return TD_UNSUPPORTED; }
         if (Direction == TD_CONV_BWD_DATA) {
@@ -142,12 +139,8 @@ struct Sm90GemmConv {
         const DeviceGeometry f = as_forward(geo);
         const Layout l = layout(p);
         const size_t need = l.cols + l.wflip + l.gemm;
-        char* base = static_cast<char*>(ws);
-        if (ws && ws_bytes < need)
-            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
-                                         std::to_string(need));
-        if (!ws && need)
-            if (int st = device::scratch(need, stream_ptr, reinterpret_cast<void**>(&base))) return st;
+        char* base = nullptr;
+        if (int st = take_workspace(need, ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&base))) return st;
         T* cols = reinterpret_cast<T*>(base);
         T* wflip = reinterpret_cast<T*>(base + l.cols);
         void* gemm_ws = base + l.cols + l.wflip;

@@ -172,11 +172,8 @@ struct Sm90MmaConv {
     static constexpr int PM = TM / 16;
 
     static int supports(const TdConvProblem& p, std::string* why) {
-        if (p.dtype != DType) { *why = "dtype differs"; return TD_UNSUPPORTED; }
-        if (p.ndim != Ndim) { *why = "spatial rank differs"; return TD_UNSUPPORTED; }
-        if (p.base.direction != Direction) { *why = "direction differs"; return TD_UNSUPPORTED; }
         ConvGeometry g{};
-        if (!conv_geometry(p, &g).empty()) { *why = "malformed problem"; return TD_UNSUPPORTED; }
+        if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
         if (g.C != CPG || g.K != CPG) {
             *why = "channels per group C=" + std::to_string(g.C) + ", K=" + std::to_string(g.K) +
                    " (this kernel takes C = K = " + std::to_string(CPG) + ")";

@@ -155,12 +155,8 @@ struct HipGemm {
         }
         const StreamK sk = plan(p);
         const size_t need = workspace_size(p);
-        float* work = static_cast<float*>(ws);
-        if (ws && ws_bytes < need)
-            return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
-                                         std::to_string(need));
-        if (!ws)
-            if (int st = device::scratch(need, stream_ptr, reinterpret_cast<void**>(&work))) return st;
+        float* work = nullptr;
+        if (int st = take_workspace(need, ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&work))) return st;
         const bool atomic = Reduction == 0;
         if (atomic && hipMemsetAsync(work, 0, need, stream) != hipSuccess) return hip_launch_status();
         mfma_gemm_kernel<Eng, Ops, DT, MM, MK, Interwave>
