@@ -4,6 +4,7 @@ emulator, and the gfx942 assembly of every dtype holding its MFMA instructions.
 The assembly tests need a HIP compiler (CI installs Debian's clang-19, lld-19,
 libamdhip64-dev and rocm-device-libs); they skip with the reason where there is none."""
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -161,6 +162,9 @@ def test_gfx942_assembly_holds_the_mfma_of_its_dtype(config, tmp_path):
     assert want in text, f"{config.name}: no {want} in the gfx942 assembly"
     others = {v for k, v in MFMA.items() if v != want}
     assert not any(o in text for o in others)
+    # accumulators and fragments in registers: no kernel of the file uses scratch memory
+    scratch = [int(v) for v in re.findall(r"\.private_segment_fixed_size:\s+(\d+)", text)]
+    assert scratch and max(scratch) == 0, f"{config.name}: scratch bytes per lane {scratch}"
 
 
 def test_every_dtype_of_gfx942_is_checked_in_assembly():

@@ -33,7 +33,12 @@ __device__ inline void mfma_step(const S (&a)[KPL], const S (&b)[KPL], float (&c
     C acc;
     __builtin_memcpy(&acc, c, sizeof acc);
     if constexpr (DT == TD_FP16) {
-        const half4_t x = __builtin_bit_cast(half4_t, a), y = __builtin_bit_cast(half4_t, b);
+        half4_t x, y;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            x[i] = __builtin_bit_cast(_Float16, a[i]);
+            y[i] = __builtin_bit_cast(_Float16, b[i]);
+        }
         if constexpr (MM == 32) acc = __builtin_amdgcn_mfma_f32_32x32x8f16(x, y, acc, 0, 0, 0);
         else acc = __builtin_amdgcn_mfma_f32_16x16x16f16(x, y, acc, 0, 0, 0);
     } else if constexpr (DT == TD_BF16) {
@@ -71,7 +76,9 @@ struct DeviceBlock {
         const int wave = tid / 64, lane = tid % 64;
         if (Interwave) __builtin_amdgcn_s_setprio(1);  // interwave: this wave's MFMA block first
         for (int kk = 0; kk < E::kTK; kk += MK)
+            TD_UNROLL
             for (int rm = 0; rm < E::RM; ++rm)
+                TD_UNROLL
                 for (int rn = 0; rn < E::RN; ++rn) {
                     S a[E::KPL], b[E::KPL];
                     E::fragment(l, wave, lane, kk, rm, rn, a, b);
@@ -87,8 +94,10 @@ struct AtomicAdd {
     }
 };
 
+// One or two waves per SIMD: the register file goes to accumulators and fragments rather
+// than to occupancy (without this the 128x128 tiles spilled 280 bytes per lane).
 template <class E, class Ops, int DT, int MM, int MK, bool Interwave>
-__global__ void __launch_bounds__(E::kThreads)
+__global__ void __launch_bounds__(E::kThreads) __attribute__((amdgpu_waves_per_eu(1, 2)))
     mfma_gemm_kernel(Ops ops, Grid grid, bool streamk, StreamK sk, bool atomic, float* ws, float alpha) {
     __shared__ typename E::S lds[E::kBuffers * E::kLds];
     DeviceBlock<E, DT, MM, MK, Interwave> blk{lds, (int)__builtin_amdgcn_workitem_id_x(), {}};

@@ -22,6 +22,13 @@
 #else
 #define TD_HD
 #endif
+// Full unrolling of the per-lane accumulator loops, so the accumulators stay in registers
+// on the GPU (a loop left rolled indexes them dynamically and moves them to scratch).
+#if defined(__clang__)
+#define TD_UNROLL _Pragma("unroll")
+#else
+#define TD_UNROLL
+#endif
 
 namespace td::hip {
 
@@ -100,7 +107,13 @@ template <int DT> TD_HD inline float decode(typename Storage<DT>::type v) {
 
 // Output: fp16 in fp16, bf16 in bf16, every fp8 in bf16.
 template <int DT> TD_HD inline uint16_t encode_out(float v) {
+#if defined(__HIP_DEVICE_COMPILE__)
+    // the hardware conversion (round to nearest even, as float_to_half): the hand-written
+    // one is large enough to keep the epilogue loops rolled and the accumulators in scratch
+    if constexpr (DT == 1) return __builtin_bit_cast(uint16_t, (_Float16)v);
+#else
     if constexpr (DT == 1) return float_to_half(v);
+#endif
     else return float_to_bf16(v);
 }
 
@@ -124,8 +137,11 @@ struct Engine {
     };
 
     TD_HD static void zero(Acc& acc) {
+        TD_UNROLL
         for (int rm = 0; rm < RM; ++rm)
+            TD_UNROLL
             for (int rn = 0; rn < RN; ++rn)
+                TD_UNROLL
                 for (int j = 0; j < CPL; ++j) acc.v[rm][rn][j] = 0.f;
     }
 
@@ -144,6 +160,7 @@ struct Engine {
         const int row = wm * (TM / WM) + rm * MM + lane % MM;
         const int col = wn * (TN / WN) + rn * MN + lane % MN;
         const int ka = kk + KPL * (lane / MM), kb = kk + KPL * (lane / MN);
+        TD_UNROLL
         for (int i = 0; i < KPL; ++i) {
             a[i] = lds[row * TK + ka + i];
             b[i] = lds[kLdsA + col * TK + kb + i];
@@ -187,8 +204,11 @@ struct Engine {
     template <class Ops>
     TD_HD static void store(const Ops& ops, int batch, int64_t m0, int64_t n0, int tid, const Acc& acc, float alpha) {
         const int wave = tid / 64, lane = tid % 64;
+        TD_UNROLL
         for (int rm = 0; rm < RM; ++rm)
+            TD_UNROLL
             for (int rn = 0; rn < RN; ++rn)
+                TD_UNROLL
                 for (int j = 0; j < CPL; ++j) {
                     int row, col;
                     c_coord(wave, lane, rm, rn, j, &row, &col);
@@ -200,8 +220,11 @@ struct Engine {
     template <class Add>
     TD_HD static void store_partial(float* part, int tid, const Acc& acc, bool atomic, Add add) {
         const int wave = tid / 64, lane = tid % 64;
+        TD_UNROLL
         for (int rm = 0; rm < RM; ++rm)
+            TD_UNROLL
             for (int rn = 0; rn < RN; ++rn)
+                TD_UNROLL
                 for (int j = 0; j < CPL; ++j) {
                     int row, col;
                     c_coord(wave, lane, rm, rn, j, &row, &col);
