@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tiledispatch as td
@@ -162,3 +163,27 @@ def test_the_ray_executor_runs_the_same_protocol_on_a_local_cluster(swept):
     assert len(results) == 2 * len(names)
     assert {r["status"] for r in results} == {"OK"}
     assert all(job.get("pick") in names for job in jobs)
+
+
+@pytest.mark.parametrize("spec", [
+    {"op": "gemm", "M": 96, "N": 80, "K": 64, "dtype": "fp32", "layout": "crr"},
+    {"op": "conv", "N": 2, "G": 2, "C": 4, "K": 4, "input": [9, 9], "filter": [3, 3], "pad": [1, 1],
+     "direction": "bwd_data"},
+])
+def test_worker_rotates_over_copies_of_its_inputs(spec):
+    """Timed runs rotate over copies of the inputs (at least rotate_mib MiB, at most 8):
+    same values, distinct memory, the same layout, one shared output."""
+    from tiledispatch.tile_engine.worker import Case
+    case = Case(spec, seed=3, verify=False, rotate_mib=1)
+    assert len(case.sets) == Case.MAX_COPIES  # tiny inputs: the cap
+    first = case.sets[0]
+    for other in case.sets[1:]:
+        for a, b in zip(first, other):
+            if a is case.out:
+                assert b is case.out
+                continue
+            assert b is not a and not np.shares_memory(a, b)
+            assert np.array_equal(a.astype(np.float64), b.astype(np.float64))
+            assert a.flags.f_contiguous == b.flags.f_contiguous
+    big = Case(spec, seed=3, verify=False, rotate_mib=0)
+    assert len(big.sets) == 1

@@ -1,9 +1,12 @@
 """A benchmark worker: `python -m tiledispatch.tile_engine.worker`.
 
 Reads one JSON batch per line on stdin — {"target", "problem", "kernels", "warmup",
-"repeat", "verify", "seed"} — and prints one JSON line per kernel — {"kernel", "status",
+"repeat", "verify", "seed", "rotate_mib"} — and prints one JSON line per kernel — {"kernel", "status",
 "latency_ms", "tflops", "max_rel"} — then {"done": true}. Statuses: OK, ZERO (all outputs
 zero where the reference is not), MISMATCH, FAILED (the call raised), UNSUPPORTED.
+Timed runs rotate over copies of the inputs (rotating buffers, at least rotate_mib MiB of
+them, default 64, at most 8 copies) so that a run does not find its operands in the cache
+the previous run left warm.
 The libraries come from TILEDISPATCH_KERNELS_DIR (the sweep's build directory).
 """
 from __future__ import annotations
@@ -27,9 +30,12 @@ def problem_from(spec: dict):
 
 
 class Case:
-    """Inputs, output and reference of one problem, made once per batch."""
+    """Inputs, output and reference of one problem, made once per batch; `sets` are the
+    argument tuples the timed runs rotate over (copies of the same inputs, one output)."""
 
-    def __init__(self, spec: dict, seed: int, verify: bool):
+    MAX_COPIES = 8
+
+    def __init__(self, spec: dict, seed: int, verify: bool, rotate_mib: float = 64):
         from .. import reference
         from ..arrays import numpy_dtype, random
         from ..codegen import Direction
@@ -56,6 +62,11 @@ class Case:
                 self.args, refs = (x, self.out, dy), {"x": x, "dy": dy}
             self.k = p.reduction_length
             self.ref = reference.conv(p, **refs) if verify else None
+        inputs = [a for a in self.args if a is not self.out]
+        size = sum(a.nbytes for a in inputs)
+        copies = min(self.MAX_COPIES, max(1, -(-int(rotate_mib * 2**20) // max(1, size))))
+        self.sets = [self.args] + [tuple(a if a is self.out else np.copy(a, order="K") for a in self.args)
+                                   for _ in range(copies - 1)]
 
 
 def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) -> dict:
@@ -72,7 +83,8 @@ def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) ->
         case.out[...] = np.nan
         for _ in range(warmup):
             d.run(case.problem, *case.args, kernel=name)
-        times = [d.run(case.problem, *case.args, kernel=name) for _ in range(max(1, repeat))]
+        sets = case.sets
+        times = [d.run(case.problem, *sets[(i + 1) % len(sets)], kernel=name) for i in range(max(1, repeat))]
     except Exception as err:  # noqa: BLE001 - reported as FAILED
         out.update(status="FAILED", error=str(err))
         return out
@@ -101,7 +113,7 @@ def main() -> int:
         key = (spec["op"], batch["target"])
         if key not in dispatchers:
             dispatchers[key] = Dispatcher(*key)
-        case = Case(spec, batch.get("seed", 0), batch.get("verify", False))
+        case = Case(spec, batch.get("seed", 0), batch.get("verify", False), batch.get("rotate_mib", 64))
         for name in batch["kernels"]:
             result = measure(dispatchers[key], case, name, batch.get("warmup", 1), batch.get("repeat", 5),
                              batch.get("verify", False))
