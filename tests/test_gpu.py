@@ -62,13 +62,6 @@ def check(kernel, M, N, K, gen, *, pad=0, splits=0, d=None):
     assert rel < 2e-2
 
 
-@pytest.fixture
-def gen():
-    g = torch.Generator(device="cuda")
-    g.manual_seed(torch.randint(0, 2**31, (1,)).item())  # fresh inputs on every run
-    return g
-
-
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_kernel_matches_float64(kernel, gen):
     tm, tn, tk = kernel.tile

@@ -118,13 +118,6 @@ def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
     return True
 
 
-@pytest.fixture
-def gen():
-    g = torch.Generator(device="cuda")
-    g.manual_seed(torch.randint(0, 2**31, (1,)).item())  # fresh inputs on every run
-    return g
-
-
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     G, C, K = geometry(kernel)
