@@ -200,9 +200,9 @@ struct Engine {
         }
     }
 
-    // Output of a whole tile: alpha * acc, inside the problem only.
-    template <class Ops>
-    TD_HD static void store(const Ops& ops, int batch, int64_t m0, int64_t n0, int tid, const Acc& acc, float alpha) {
+    // f(row, col, value) for every accumulator of thread tid, in tile coordinates.
+    template <class F>
+    TD_HD static void for_each_acc(int tid, const Acc& acc, F f) {
         const int wave = tid / 64, lane = tid % 64;
         TD_UNROLL
         for (int rm = 0; rm < RM; ++rm)
@@ -212,25 +212,25 @@ struct Engine {
                 for (int j = 0; j < CPL; ++j) {
                     int row, col;
                     c_coord(wave, lane, rm, rn, j, &row, &col);
-                    if (m0 + row < ops.M && n0 + col < ops.N) ops.store(batch, m0 + row, n0 + col, alpha * acc.v[rm][rn][j]);
+                    f(row, col, acc.v[rm][rn][j]);
                 }
+    }
+
+    // Output of a whole tile: alpha * acc, inside the problem only.
+    template <class Ops>
+    TD_HD static void store(const Ops& ops, int batch, int64_t m0, int64_t n0, int tid, const Acc& acc, float alpha) {
+        for_each_acc(tid, acc, [&](int row, int col, float v) {
+            if (m0 + row < ops.M && n0 + col < ops.N) ops.store(batch, m0 + row, n0 + col, alpha * v);
+        });
     }
 
     // A partial tile as fp32 [TM][TN] (deterministic: written; atomic: added with add(p, v)).
     template <class Add>
     TD_HD static void store_partial(float* part, int tid, const Acc& acc, bool atomic, Add add) {
-        const int wave = tid / 64, lane = tid % 64;
-        TD_UNROLL
-        for (int rm = 0; rm < RM; ++rm)
-            TD_UNROLL
-            for (int rn = 0; rn < RN; ++rn)
-                TD_UNROLL
-                for (int j = 0; j < CPL; ++j) {
-                    int row, col;
-                    c_coord(wave, lane, rm, rn, j, &row, &col);
-                    if (atomic) add(part + row * TN + col, acc.v[rm][rn][j]);
-                    else part[row * TN + col] = acc.v[rm][rn][j];
-                }
+        for_each_acc(tid, acc, [&](int row, int col, float v) {
+            if (atomic) add(part + row * TN + col, v);
+            else part[row * TN + col] = v;
+        });
     }
 };
 
