@@ -21,6 +21,7 @@ import torch
 
 import tiledispatch as td
 from tiledispatch.codegen import DType
+from tiledispatch.tile_engine import tuning
 
 SHAPES = [
     (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -85,10 +86,14 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--shapes", default="suite", choices=("suite", "quick"))
+    parser.add_argument("--no-knobs", dest="knobs", action="store_false",
+                        help="skip the raster/swizzle and stream-K split sweeps")
     args = parser.parse_args()
     timer = Timer(args.repeat)
     d = td.Dispatcher("gemm")
     print(f"device {torch.cuda.get_device_name()}, target {d.target}, {len(d.kernels)} kernels", flush=True)
+    tables = tuning.table_paths(d.target)
+    print(f"tuning tables: {', '.join(tables) if tables else 'none (the cost model picks)'}", flush=True)
     stream = torch.cuda.current_stream().cuda_stream
     rows, records = [], []
     shapes = SHAPES if args.shapes == "suite" else SHAPES[:4]
@@ -114,9 +119,10 @@ def main() -> int:
                 continue
             t_vendor = per_kernel.pop("vendor")
             try:
-                pick = d.select(problem)
+                pick = d.select(problem)  # tuning tables first (TILEDISPATCH_TUNING, shipped), then the model
+                model = d.lib.name_call(d.lib.td_gemm_select, d._problem(problem))  # the cost model alone
             except td.UnsupportedProblemError:
-                pick = None
+                pick = model = None
             if not per_kernel or pick is None:
                 print(f"{dtype.key} {shape}: no kernel", flush=True)
                 continue
@@ -125,6 +131,7 @@ def main() -> int:
             row = {"dtype": dtype.key, "shape": shape, "aligned": aligned(shape, dtype),
                    "vendor_tflops": tf(t_vendor), "pick": pick, "pick_tflops": tf(per_kernel[pick]),
                    "best": best, "best_tflops": tf(per_kernel[best]),
+                   "model": model, "model_tflops": tf(per_kernel[model]) if model in per_kernel else None,
                    "kernels": {n: tf(t) for n, t in per_kernel.items()}}
             rows.append(row)
             print(f"{dtype.key:9} {'x'.join(map(str, shape)):>18}  torch {row['vendor_tflops']:7.1f}  "
@@ -134,7 +141,7 @@ def main() -> int:
             del a, b, c
 
     # run-time knobs of one compiled kernel: tile raster order and swizzle, on large shapes
-    if "bf16" in args.dtypes and args.shapes == "suite":
+    if "bf16" in args.dtypes and args.shapes == "suite" and args.knobs:
         print("\nraster / swizzle sweep (bf16, the dispatcher's pick; TFLOP/s)")
         for M, N, K in [(8192, 8192, 8192), (4096, 28672, 4096), (3000, 5000, 7168), (2304, 2304, 2304)]:
             a, b = operands(M, N, K, DType.BF16)
@@ -157,7 +164,7 @@ def main() -> int:
             del a, b, c
 
     # split-K counts of the stream-K kernels on skinny and long-K shapes
-    if "bf16" in args.dtypes and args.shapes == "suite":
+    if "bf16" in args.dtypes and args.shapes == "suite" and args.knobs:
         print("\nstream-K split sweep (bf16; TFLOP/s by splits, 0 = CUTLASS heuristic)")
         for M, N, K in [(512, 512, 65536), (128, 4096, 14336), (16, 6144, 4096), (1000, 1000, 1000), (2304, 2304, 2304)]:
             a, b = operands(M, N, K, DType.BF16)
@@ -196,6 +203,20 @@ def main() -> int:
     host_torch = (time.perf_counter() - start) / n * 1e6
     torch.cuda.synchronize()
     kernel_us = timer(lambda: td.gemm(a, b, out=out)) * 1e3
+    # where the host time goes: the bare C call (selection in C, or a named kernel)
+    import ctypes
+    from tiledispatch import _ffi
+    cp = _ffi.TdGemmProblem(256, 256, 256, DType.BF16.code, 0, a.stride(0), b.stride(1), out.stride(0), 1.0, 0, 0, 0)
+    run, ref, pa, pb, pc = d.lib.td_gemm_run, ctypes.byref(cp), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    named = d.select(td.GemmProblem(256, 256, 256, DType.BF16, "rcr", a.stride(0), b.stride(1), out.stride(0))).encode()
+    host_c = {}
+    for label, kname in (("C call, selection in C", None), ("C call, kernel named", named)):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(n):
+            run(ref, kname, pa, pb, pc, None, 0, stream, None)
+        host_c[label] = (time.perf_counter() - start) / n * 1e6
+        torch.cuda.synchronize()
 
     print("\nsummary (ratio = TFLOP/s over torch in the same run)")
     for dtype in args.dtypes:
@@ -205,15 +226,17 @@ def main() -> int:
             worst = min(mine, key=lambda r: r["pick_tflops"] / r["vendor_tflops"])
             print(f"  {dtype}: aligned shapes {len(mine)}, geomean pick {gm('pick_tflops'):.3f}x, best {gm('best_tflops'):.3f}x; "
                   f"lowest pick {worst['pick_tflops'] / worst['vendor_tflops']:.2f}x at {worst['shape']}")
+            if tables and all(r["model_tflops"] for r in mine):
+                print(f"  {dtype}: the cost model alone (no tuning table) {gm('model_tflops'):.3f}x")
         for r in rows:
             if r["dtype"] == dtype and not r["aligned"]:
                 print(f"  {dtype} misaligned {r['shape']}: pick {r['pick_tflops']:.1f} vs torch {r['vendor_tflops']:.1f} "
                       f"TFLOP/s = {r['pick_tflops'] / r['vendor_tflops']:.2f}x")
     print(f"  host: td.gemm on torch tensors {host_td:.1f} us per call (torch.matmul {host_torch:.1f} us); "
-          f"kernel alone {kernel_us:.1f} us at 256^3")
+          f"kernel alone {kernel_us:.1f} us at 256^3; " + ", ".join(f"{k} {v:.1f} us" for k, v in host_c.items()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "knob_sweep": records, "host_us": host_td, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
+            json.dump({"rows": rows, "knob_sweep": records, "host_us": host_td, "host_c_us": host_c, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
     return 0
 
 

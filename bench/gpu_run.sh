@@ -4,6 +4,11 @@
 # against cuBLAS. Logs go to $OUT; a short table is printed last.
 #   bash bench/gpu_run.sh [all|build|test|bench|conv|profile]...   (several: build conv)
 #   KERNEL_FILTER='conv_*,*_cpu' bash bench/gpu_run.sh build conv   builds only those variants
+#   GPU_TARGETS=cpu KERNEL_FILTER='gemm_fp32_rcr_*' bash bench/gpu_run.sh build sweep64
+#       the tile engine's 64-kernel x 16-problem sweep (its own scratch build), timed
+#   KERNEL_FILTER='gemm_*' bash bench/gpu_run.sh build select
+#       tuning table from the installed bf16 kernels on training shapes, scored on held-out
+#       shapes (bench/selection.py), then bench/gemm.py bf16 with that table
 set -uo pipefail
 OUT=${OUT:-/tmp/td-out}
 mkdir -p "$OUT"
@@ -17,10 +22,10 @@ step() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
 
 want() { [[ "$what" == *" all "* || "$what" == *" $1 "* ]]; }
 if want build; then
-  step "build cpu + sm_90a ($(nproc) cores)"
+  step "build ${GPU_TARGETS:-cpu,sm_90a} ($(nproc) cores)"
   start=$(date +%s)
   python3 -m pip install -v --no-build-isolation --no-deps --no-index \
-    -Csetup-args=-Dgpu_targets=cpu,sm_90a ${KERNEL_FILTER:+"-Csetup-args=-Dkernel_filter=$KERNEL_FILTER"} \
+    -Csetup-args=-Dgpu_targets=${GPU_TARGETS:-cpu,sm_90a} ${KERNEL_FILTER:+"-Csetup-args=-Dkernel_filter=$KERNEL_FILTER"} \
     -Ccompile-args=-j$(nproc) . > "$OUT/install.log" 2>&1
   rc=$?
   grep -E "error|Error" "$OUT/install.log" | head -20
@@ -47,6 +52,25 @@ fi
 if [[ "$what" == *" profile "* ]]; then  # opt-in: Nsight Compute replays every kernel
   step "Nsight Compute on the conv kernels"
   bash "$OLDPWD/bench/conv_profile.sh" 2>&1 | tail -80
+fi
+if [[ "$what" == *" sweep64 "* ]]; then
+  step "tile engine: 64 kernels x 16 problems, build included, on $(nvidia-smi -L | wc -l) GPU(s), $(nproc) cores"
+  start=$(date +%s)
+  python3 -m tiledispatch bench --sweep "$OLDPWD/bench/sweeps/sm90_sweep64.yaml" --source "$OLDPWD" \
+    --problems "$OLDPWD/bench/sweeps/sm90_suite16.yaml" --target sm_90a --out /tmp/sweep64 > "$OUT/sweep64.log" 2>&1
+  echo "sweep64 rc=$? in $(( $(date +%s) - start )) s"
+  tr '\r' '\n' < "$OUT/sweep64.log" | grep -vE '^ +[0-9]+/[0-9]+ |build \[' | tail -40
+  cp /tmp/sweep64/results.csv "$OUT/sweep64.csv" 2>/dev/null
+fi
+if [[ "$what" == *" select "* ]]; then
+  step "tile engine: selection on held-out shapes (installed bf16 rcr kernels)"
+  python3 "$OLDPWD/bench/selection.py" --sweep "$OLDPWD/kernels.yaml" --filter 'gemm_bf16_rcr_*' --prebuilt \
+    --train "$OLDPWD/bench/sweeps/sm90_train.yaml" --heldout "$OLDPWD/bench/sweeps/sm90_heldout.yaml" \
+    --target sm_90a --repeat 10 --out /tmp/select 2>"$OUT/select.err" | tee "$OUT/select.log" | tail -50
+  cp /tmp/select/train/tuning_sm_90a.json "$OUT/tuning_sm_90a.json"
+  step "benchmark against torch, bf16, with that tuning table"
+  TILEDISPATCH_TUNING=/tmp/select/train/tuning_sm_90a.json python3 "$OLDPWD/bench/gemm.py" --dtypes bf16 \
+    --no-knobs --json "$OUT/gemm_tuned.json" 2>&1 | tee "$OUT/gemm_tuned.log" | tail -30
 fi
 if want bench; then
   step "benchmark against torch"

@@ -45,19 +45,28 @@ def main() -> int:
     parser.add_argument("--train", required=True)
     parser.add_argument("--heldout", required=True)
     parser.add_argument("--target", default="cpu")
+    parser.add_argument("--filter", default="", help="comma-separated globs over the sweep's variant names")
+    parser.add_argument("--prebuilt", nargs="?", const="", default=None, metavar="DIR",
+                        help="no build: the variants the libraries in DIR (default: the installed package's) hold")
     parser.add_argument("--out", default="selection-out")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--min-share", type=float, default=0.0, help="exit 1 when the share within 5%% is lower")
     args = parser.parse_args()
     out = Path(args.out)
-    report = run_bench(args.sweep, args.train, args.target, out / "train", repeat=args.repeat, timeout=args.timeout)
+    report = run_bench(args.sweep, args.train, args.target, out / "train", repeat=args.repeat, timeout=args.timeout,
+                       kernel_filter=args.filter, prebuilt=args.prebuilt)
     table = out / "train" / f"tuning_{args.target}.json"
+    if (Path(report["kernels_dir"]) / table.name).is_file():
+        parser.error(f"{report['kernels_dir']} ships its own {table.name}: the held-out picks would read it too")
     os.environ["TILEDISPATCH_TUNING"] = str(table)  # the workers' dispatcher reads it
     problems = load_problems(args.heldout)
+    seen = [spec for spec in problems if spec in report["problems"]]
+    if seen:
+        parser.error(f"held-out problems that are also training problems: {', '.join(map(label, seen))}")
     jobs = [{"problem": spec, "kernels": report["built"], "repeat": args.repeat, "seed": i}
             for i, spec in enumerate(problems)]
-    results = runner.run(jobs, args.target, out / "train" / "build", args.timeout)
+    results = runner.run(jobs, args.target, report["kernels_dir"], args.timeout)
     print(f"\nheld-out problems: {len(problems)} (not in the sweep), {len(report['built'])} kernels, target {args.target}")
     summary = {}
     for key, what in (("pick", "dispatcher (tuning table, then cost model)"), ("model_pick", "cost model alone")):

@@ -95,6 +95,25 @@ def test_bench_end_to_end_on_cpu(swept):
     assert all(pick in report["built"] for pick in report["picks"].values())
 
 
+def test_bench_on_prebuilt_libraries_builds_nothing(swept, tmp_path):
+    """--prebuilt: the swept variants that existing libraries hold, no scratch build; the
+    ones they lack are named and skipped."""
+    out, report = swept
+    sweep = write(tmp_path, "s.yaml", SWEEP.replace("m: {values: [48, 96, 50]}", "m: {values: [48, 96, 144]}"))
+    lines = []
+    again = run_bench(sweep, write(tmp_path, "p.yaml", PROBLEMS), "cpu", tmp_path / "again",
+                      prebuilt=out / "build", log=lines.append, repeat=1)
+    assert not (tmp_path / "again" / "build").exists()
+    assert sorted(again["built"]) == sorted(report["built"])
+    assert {r["status"] for r in again["results"]} == {"OK"} and len(again["results"]) == 8
+    skipped = [ln for ln in lines if "not in the prebuilt libraries" in ln]
+    assert sorted(ln.split()[-1] for ln in skipped) == ["gemm_fp32_rcr_standard_144x128x128_r6x16_cpu",
+                                                       "gemm_fp32_rcr_standard_144x64x128_r6x16_cpu"]
+    with pytest.raises(RuntimeError, match="registry.json does not exist"):
+        run_bench(sweep, write(tmp_path, "p.yaml", PROBLEMS), "cpu", tmp_path / "x", prebuilt=tmp_path,
+                  log=lambda *a: None)
+
+
 def test_a_crashing_and_a_hanging_kernel_cost_one_kernel_each(swept, monkeypatch):
     out, report = swept
     names = sorted(report["built"])

@@ -16,8 +16,7 @@ from .errors import InvalidArgumentError, UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
 
 
-_LAYOUT_CODE = {(True, False): Layout.RCR.code, (True, True): Layout.RRR.code,
-                (False, True): Layout.CRR.code, (False, False): Layout.CCR.code}
+_LAYOUT = {(True, False): Layout.RCR, (True, True): Layout.RRR, (False, True): Layout.CRR, (False, False): Layout.CCR}
 _TORCH_OUT_NAMES = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16",
                     DType.FP8_E4M3: "bfloat16", DType.FP8_E5M2: "bfloat16"}
 
@@ -121,14 +120,33 @@ def _torch_fast(a, b, out, alpha):
         d = _TORCH_FAST[("dispatcher", a.device.index)] = dispatcher("gemm", _device_target())
     raw = _TORCH_FAST["raw_stream"]
     stream = raw(a.device.index) if raw is not None else torch.cuda.current_stream(a.device).cuda_stream
-    layout = _LAYOUT_CODE[(a_row, b_row)]
-    problem = _ffi.TdGemmProblem(M, N, K, dtype.code, layout, lda, ldb, out.stride(0), alpha, 0, 0, 0)
+    layout = _LAYOUT[(a_row, b_row)]
+    ldc = out.stride(0)
+    problem = _ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb, ldc, alpha, 0, 0, 0)
+    paths = tuning.table_paths(d.target)
+    kernel = _tuned_kernel(d, paths, (M, N, K, dtype, layout, lda, ldb, ldc)) if paths else None
     lib = d.lib
-    status = lib.td_gemm_run(ctypes.byref(problem), None, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0,
+    status = lib.td_gemm_run(ctypes.byref(problem), kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0,
                              stream, None)
     if status:
         lib.check(status)
     return out
+
+
+_TUNED_CACHE: dict = {}
+
+
+def _tuned_kernel(d, paths, key) -> bytes | None:
+    """The tuning tables' pick for one problem (None: the library's cost model), memoised
+    per problem and table set: the lookup walks every table entry."""
+    full = (d.target, paths, key)
+    if full not in _TUNED_CACHE:
+        if len(_TUNED_CACHE) > 4096:
+            _TUNED_CACHE.clear()
+        M, N, K, dtype, layout, lda, ldb, ldc = key
+        name = d.tuned(GemmProblem(M, N, K, dtype, layout, lda, ldb, ldc))
+        _TUNED_CACHE[full] = name.encode() if name else None
+    return _TUNED_CACHE[full]
 
 
 def _device_target(op: str = "gemm") -> str:

@@ -42,7 +42,8 @@ def pointer(array) -> int:
 
 def random(shape, dtype: DType, rng: np.random.Generator, low=-1.0, high=1.0) -> np.ndarray:
     """Uniform random values, quantized to dtype."""
-    return rng.uniform(low, high, size=shape).astype(np.float32).astype(numpy_dtype(dtype))
+    values = rng.random(size=shape, dtype=np.float32) * np.float32(high - low) + np.float32(low)
+    return values.astype(numpy_dtype(dtype))
 
 
 # ---- device arrays (torch, cupy, numba): none of them a dependency -------------------------

@@ -172,12 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", required=True, help="kernels.yaml fragment; tile sizes may be ranges")
     p.add_argument("--problems", required=True, help="YAML/JSON list of problems (op: gemm|conv, sizes, dtype, ...)")
     p.add_argument("--target", required=True)
+    p.add_argument("--filter", default="", help="comma-separated globs over variant names (as -Dkernel_filter)")
     p.add_argument("--out", default="tiledispatch-bench", help="output folder (build, CSV, JSON, tuning table)")
     p.add_argument("--verify", action="store_true", help="check every result against the numpy reference")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds one kernel may take before it is MISSING")
     p.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--source", help="the tiledispatch source tree (default: the current directory)")
+    p.add_argument("--prebuilt", nargs="?", const="", default=None, metavar="DIR",
+                   help="no build: benchmark the swept variants that the libraries in DIR (default: the "
+                        "installed package's) already hold")
     p.add_argument("--plot", action="store_true", help="PNG charts per problem (needs matplotlib)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run the batches as Ray tasks (a local cluster, or the one at ADDRESS); needs ray")
@@ -215,7 +219,8 @@ def main(argv=None) -> int:
                 print(f"wrote {args.out}: {len(table['entries'])} problems for target {table['target']}")
                 return 0
             run_bench(args.sweep, args.problems, args.target, args.out, verify=args.verify, timeout=args.timeout,
-                      jobs=args.jobs, source=args.source, repeat=args.repeat, plot=args.plot, ray_address=args.ray)
+                      jobs=args.jobs, source=args.source, repeat=args.repeat, plot=args.plot, ray_address=args.ray,
+                      kernel_filter=args.filter, prebuilt=args.prebuilt)
             return 0
         except (ManifestError, RuntimeError, OSError, ValueError) as err:
             print(f"{err}" if isinstance(err, ManifestError) else f"tiledispatch {args.command}: error: {err}",

@@ -56,13 +56,14 @@ def label(spec) -> str:
 
 
 def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60.0, jobs=None, source=None,
-              repeat=5, warmup=1, plot=False, log=print, ray_address=None) -> dict:
+              repeat=5, warmup=1, plot=False, log=print, ray_address=None, kernel_filter: str = "",
+              prebuilt=None) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    exp = expand_sweep(sweep, target)
+    exp = expand_sweep(sweep, target, kernel_filter)
     log(f"phase 1, expand: {len(exp.configs)} variants for {target}, {len(exp.rejected)} rejected, "
-        f"{len(exp.duplicates)} duplicates dropped")
+        f"{len(exp.duplicates)} duplicates dropped" + (f" (filter {kernel_filter})" if kernel_filter else ""))
     reasons = {}
     for _, why in exp.rejected:
         for reason in why:
@@ -72,8 +73,14 @@ def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60
     if not exp.configs:
         raise ManifestError("the sweep expands to no buildable variant", None, str(sweep))
     problems = load_problems(problems_file)
-    log(f"phase 2, build: {len(exp.configs)} variants in {out / 'build'}")
-    built = build_phase.build(exp.configs, target, out, source=source, jobs=jobs)
+    if prebuilt is not None:
+        built = build_phase.prebuilt(exp.configs, prebuilt)
+        log(f"phase 2, build: skipped, {len(built.built)} of the {len(exp.configs)} variants are in {built.build_dir}")
+        for name in built.absent:
+            log(f"  not in the prebuilt libraries (skipped): {name}")
+    else:
+        log(f"phase 2, build: {len(exp.configs)} variants in {out / 'build'}")
+        built = build_phase.build(exp.configs, target, out, source=source, jobs=jobs)
     for name, why in built.failed.items():
         log(f"  FAILED to compile {name}: {why.splitlines()[0] if why else ''}")
     log(f"  built {len(built.built)}, failed {len(built.failed)} ({time.time() - start:.0f} s so far)")
@@ -85,6 +92,7 @@ def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60
                           "warmup": warmup, "seed": len(jobs_list)})
     total = sum(len(j["kernels"]) for j in jobs_list)
     log(f"phase 3, benchmark: {len(problems)} problems, {total} runs, devices {runner.devices_for(target)}")
+    bench_start = time.time()
     done = [0]
 
     def progress(result):
@@ -99,13 +107,15 @@ def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60
     else:
         results = runner.run(jobs_list, target, built.build_dir, timeout, on_result=progress)
     sys.stderr.write("\n")
+    timings = sorted({r.get("timing") for r in results if r.get("timing")})
+    log(f"  {total} runs in {time.time() - bench_start:.0f} s (timing: {'; '.join(timings) or '-'})")
     for name in built.failed:
         for spec in problems:
             results.append({"kernel": name, "problem": spec, "status": "FAILED", "device": None,
                             "latency_ms": None, "tflops": None, "max_rel": None, "error": "did not compile"})
     picks = {json.dumps(j["problem"], sort_keys=True): j.get("pick") for j in jobs_list}
     report = {"target": target, "sweep": str(sweep), "problems": problems, "results": results,
-              "picks": picks, "built": built.built, "failed": built.failed,
+              "picks": picks, "built": built.built, "failed": built.failed, "kernels_dir": str(built.build_dir),
               "rejected": [list(r) for r in exp.rejected], "seconds": time.time() - start}
     (out / "results.json").write_text(json.dumps(report, indent=1))
     write_csv(out / "results.csv", results)

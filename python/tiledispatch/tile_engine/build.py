@@ -23,6 +23,25 @@ class BuildResult:
     build_dir: Path
     built: list
     failed: dict  # name -> the compiler's first error lines
+    absent: tuple = ()  # prebuilt: swept variants the libraries do not hold
+
+
+def prebuilt(configs, kernels_dir=None) -> BuildResult:
+    """No build: the swept variants that libraries built earlier already hold (kernels_dir
+    holding registry.json: a scratch build, or by default the installed package's)."""
+    import json
+    if not kernels_dir:
+        from .._registry import kernels_dir as installed
+        kernels_dir = installed()
+    kernels_dir = Path(str(kernels_dir))
+    index = kernels_dir / "registry.json"
+    if not index.is_file():
+        raise RuntimeError(f"--prebuilt: {index} does not exist (expected a build or the installed _kernels)")
+    names = {k["name"] for k in json.loads(index.read_text())["kernels"]}
+    built = [c.name for c in configs if c.name in names]
+    if not built:
+        raise RuntimeError(f"--prebuilt: none of the {len(configs)} swept variants is in {index}")
+    return BuildResult(kernels_dir, built, {}, tuple(c.name for c in configs if c.name not in names))
 
 
 def _meson(*args, cwd=None, check=True) -> subprocess.CompletedProcess:

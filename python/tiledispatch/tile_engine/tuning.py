@@ -93,6 +93,19 @@ def _table_paths(target: str, env_tables: str, env_kernels: str) -> tuple:
 _warned: set = set()
 
 
+def _warn_missing(path: str, registered: set) -> None:
+    """One warning per table: the kernels it names that this installation lacks (a table
+    from a fuller build, or from another manifest); they are skipped."""
+    if path in _warned:
+        return
+    _warned.add(path)
+    missing = sorted({name for _, entry, p in _load((path,)) for name in entry["kernels"]} - registered)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        warnings.warn(f"tuning table {path} names {len(missing)} kernel(s) this installation does not have "
+                      f"({shown}); ignored", RuntimeWarning, stacklevel=4)
+
+
 def ranked_names(target: str, problem, registered: set) -> list:
     """Kernel names the tables rank for the nearest tuned problem ([] when none)."""
     spec = problem_spec(problem)
@@ -107,12 +120,6 @@ def ranked_names(target: str, problem, registered: set) -> list:
     if best is None:
         return []
     entry, path = best
-    names = []
-    for name in entry["kernels"]:
-        if name in registered:
-            names.append(name)
-        elif (path, name) not in _warned:
-            _warned.add((path, name))
-            warnings.warn(f"tuning table {path} names {name}, which this installation does not have; ignored",
-                          RuntimeWarning, stacklevel=4)
-    return names
+    if any(name not in registered for name in entry["kernels"]):
+        _warn_missing(path, registered)
+    return [name for name in entry["kernels"] if name in registered]

@@ -4,9 +4,13 @@ Reads one JSON batch per line on stdin — {"target", "problem", "kernels", "war
 "repeat", "verify", "seed", "rotate_mib"} — and prints one JSON line per kernel — {"kernel", "status",
 "latency_ms", "tflops", "max_rel"} — then {"done": true}. Statuses: OK, ZERO (all outputs
 zero where the reference is not), MISMATCH, FAILED (the call raised), UNSUPPORTED.
-Timed runs rotate over copies of the inputs (rotating buffers, at least rotate_mib MiB of
-them, default 64, at most 8 copies) so that a run does not find its operands in the cache
-the previous run left warm.
+On the cpu target, timed runs rotate over copies of the inputs (rotating buffers, at least
+rotate_mib MiB of them, default 64, at most 8 copies) so that a run does not find its
+operands in the cache the previous run left warm. On a GPU target the operands live in
+device memory (torch tensors; without torch, numpy through the host path, which leaves
+them in L2 and says so in each result's "timing") and the L2 cache is flushed before
+every timed run by writing a buffer twice its size; the time is the kernel's own, taken
+with CUDA events by the library.
 The libraries come from TILEDISPATCH_KERNELS_DIR (the sweep's build directory).
 """
 from __future__ import annotations
@@ -35,7 +39,7 @@ class Case:
 
     MAX_COPIES = 8
 
-    def __init__(self, spec: dict, seed: int, verify: bool, rotate_mib: float = 64):
+    def __init__(self, spec: dict, seed: int, verify: bool, rotate_mib: float = 64, on_gpu: bool = False):
         from .. import reference
         from ..arrays import numpy_dtype, random
         from ..codegen import Direction
@@ -62,11 +66,69 @@ class Case:
                 self.args, refs = (x, self.out, dy), {"x": x, "dy": dy}
             self.k = p.reduction_length
             self.ref = reference.conv(p, **refs) if verify else None
+        self.host_out = self.out
+        self.flush = None
+        self.timing = "host, rotating buffers"
+        if on_gpu and _torch() is not None:
+            self._to_device()
+            return
+        if on_gpu:
+            self.timing = "host path (no torch): operands copied in before each run, L2 not flushed"
         inputs = [a for a in self.args if a is not self.out]
         size = sum(a.nbytes for a in inputs)
         copies = min(self.MAX_COPIES, max(1, -(-int(rotate_mib * 2**20) // max(1, size))))
         self.sets = [self.args] + [tuple(a if a is self.out else np.copy(a, order="K") for a in self.args)
                                    for _ in range(copies - 1)]
+
+    def _to_device(self):
+        """The operands as torch CUDA tensors with the same strides, and an L2 flush."""
+        torch = _torch()
+        index = [i for i, a in enumerate(self.args) if a is self.host_out][0]
+        self.args = tuple(_device_copy(torch, a) for a in self.args)
+        self.out = self.args[index]
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size or 50 << 20
+        scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.flush = scratch.zero_
+        self.sets = [self.args]
+        self.timing = "device, L2 flushed"
+
+    def poison(self):
+        if self.out is self.host_out:
+            self.out[...] = np.nan
+        else:
+            self.out.view(-1).view(_torch().uint8).fill_(0xFF)  # all-ones bytes: NaN in every float type
+
+    def result(self) -> np.ndarray:
+        """The output on the host (after the last run)."""
+        if self.out is self.host_out:
+            return self.out
+        _torch().cuda.synchronize()
+        return _host_copy(self.out, self.host_out)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _device_copy(torch, array: np.ndarray):
+    """A CUDA tensor holding a numpy array's bytes, with its strides (any dtype: the bytes
+    travel as uint8 and are viewed as the torch dtype of the same width and kind)."""
+    from ..arrays import dtype_of
+    name = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
+            "fp8_e5m2": "float8_e5m2"}[dtype_of(array).key]
+    item = array.itemsize
+    flat = np.ascontiguousarray(array.ravel(order="K")).view(np.uint8)
+    dev = torch.from_numpy(flat).cuda().view(getattr(torch, name))
+    return dev.as_strided(array.shape, tuple(st // item for st in array.strides))
+
+
+def _host_copy(tensor, like: np.ndarray) -> np.ndarray:
+    raw = tensor.contiguous().view(-1).view(_torch().uint8).cpu().numpy()
+    return raw.view(like.dtype).reshape(like.shape)
 
 
 def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) -> dict:
@@ -80,11 +142,14 @@ def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) ->
         if not d.is_supported(case.problem, name):
             out["status"] = "UNSUPPORTED"
             return out
-        case.out[...] = np.nan
+        case.poison()
         for _ in range(warmup):
             d.run(case.problem, *case.args, kernel=name)
-        sets = case.sets
-        times = [d.run(case.problem, *sets[(i + 1) % len(sets)], kernel=name) for i in range(max(1, repeat))]
+        sets, times = case.sets, []
+        for i in range(max(1, repeat)):
+            if case.flush is not None:
+                case.flush()
+            times.append(d.run(case.problem, *sets[(i + 1) % len(sets)], kernel=name))
     except Exception as err:  # noqa: BLE001 - reported as FAILED
         out.update(status="FAILED", error=str(err))
         return out
@@ -93,10 +158,11 @@ def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) ->
     out["tflops"] = case.problem.flops / (ms * 1e-3) / 1e12 if ms > 0 else None
     if verify and case.ref is not None:
         ref, mag = case.ref
-        got = case.out.astype(np.float64)
+        host = case.result()
+        got = host.astype(np.float64)
         err = np.abs(got - ref)
         out["max_rel"] = float(np.nanmax(err / (mag + 1e-30))) if err.size else 0.0
-        if not reference.compare(case.out, ref, mag, case.problem.dtype, case.k)["ok"]:
+        if not reference.compare(host, ref, mag, case.problem.dtype, case.k)["ok"]:
             zero = not np.any(got) and np.any(ref)
             out["status"] = "ZERO" if zero else "MISMATCH"
     return out
@@ -113,10 +179,12 @@ def main() -> int:
         key = (spec["op"], batch["target"])
         if key not in dispatchers:
             dispatchers[key] = Dispatcher(*key)
-        case = Case(spec, batch.get("seed", 0), batch.get("verify", False), batch.get("rotate_mib", 64))
+        case = Case(spec, batch.get("seed", 0), batch.get("verify", False), batch.get("rotate_mib", 64),
+                    on_gpu=not dispatchers[key].on_host)
         for name in batch["kernels"]:
             result = measure(dispatchers[key], case, name, batch.get("warmup", 1), batch.get("repeat", 5),
                              batch.get("verify", False))
+            result["timing"] = case.timing
             print(json.dumps(result), flush=True)
         d = dispatchers[key]
         try:
