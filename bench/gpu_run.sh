@@ -66,11 +66,14 @@ if [[ "$what" == *" select "* ]]; then
   step "tile engine: selection on held-out shapes (installed bf16 rcr kernels)"
   python3 "$OLDPWD/bench/selection.py" --sweep "$OLDPWD/kernels.yaml" --filter 'gemm_bf16_rcr_*' --prebuilt \
     --train "$OLDPWD/bench/sweeps/sm90_train.yaml" --heldout "$OLDPWD/bench/sweeps/sm90_heldout.yaml" \
-    --target sm_90a --repeat 10 --out /tmp/select 2>"$OUT/select.err" | tee "$OUT/select.log" | tail -50
+    --target sm_90a --repeat 10 --out /tmp/select 2>/tmp/select.err > "$OUT/select.log"
+  echo "selection rc=$?"; tr '\r' '\n' < /tmp/select.err | grep -vE '^ +[0-9]+/[0-9]+ ' | tail -5
+  grep -B2 -A1 "within 5%" "$OUT/select.log"
   cp /tmp/select/train/tuning_sm_90a.json "$OUT/tuning_sm_90a.json"
+  cp /tmp/select/train/results.csv "$OUT/select_train.csv"; cp /tmp/select/selection.json "$OUT/selection.json"
   step "benchmark against torch, bf16, with that tuning table"
   TILEDISPATCH_TUNING=/tmp/select/train/tuning_sm_90a.json python3 "$OLDPWD/bench/gemm.py" --dtypes bf16 \
-    --no-knobs --json "$OUT/gemm_tuned.json" 2>&1 | tee "$OUT/gemm_tuned.log" | tail -30
+    --no-knobs --json "$OUT/gemm_tuned.json" 2>&1 | tail -30
 fi
 if want bench; then
   step "benchmark against torch"

@@ -55,20 +55,22 @@ double direct_cost(const KernelInfo& k, const ConvGeometry& g, int direction, in
     return 1.0 + pixels + (items < fill ? (fill / (double)items - 1.0) * 0.05 : 0.0);
 }
 
+// The cost model's prediction for one kernel (arbitrary units; lower is faster).
+double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& k, int workers) {
+    if (k.schedule == 2) return direct_cost(k, g, p.base.direction, workers);
+    // tensor cores (bench/RESULTS.md, H200): 14x faster than the direct kernels at 16
+    // channels per group, slower at 4 and 8: first from 16 up, else behind the direct ones
+    if (k.schedule == 3) return k.micro_m >= 16 ? 0.5 : 1e6;
+    if (k.schedule == 4) return 0.1;  // dense: CUTLASS GEMM, where it applies (G = 1)
+    return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,
+                          p.base.split_k > 0 ? p.base.split_k : workers, workers);
+}
+
 int ranked(const TdConvProblem* p, const char* name, std::vector<const ConvKernel*>* out) {
     ConvGeometry g{};
     if (int s = check_problem(p, &g)) return s;
     const int workers = device::multiprocessors();
-    const GemmShape shape = gemm_shape(g, p->base.direction);
-    auto cost = [&](const KernelInfo& k) {
-        if (k.schedule == 2) return direct_cost(k, g, p->base.direction, workers);
-        // tensor cores (bench/RESULTS.md, H200): 14x faster than the direct kernels at 16
-        // channels per group, slower at 4 and 8: first from 16 up, else behind the direct ones
-        if (k.schedule == 3) return k.micro_m >= 16 ? 0.5 : 1e6;
-        if (k.schedule == 4) return 0.1;  // dense: CUTLASS GEMM, where it applies (G = 1)
-        return predicted_cost(k, shape, k.reduction >= 0,
-                              p->base.split_k > 0 ? p->base.split_k : workers, workers);
-    };
+    auto cost = [&](const KernelInfo& k) { return cost_of(*p, g, k, workers); };
     return rank(conv_table, conv_table_size, *p, name, cost, out);
 }
 
@@ -175,6 +177,19 @@ TD_API int td_conv_select(const TdConvProblem* p, char* name, size_t size) {
         const ConvKernel* k = nullptr;
         if (int s = pick(p, nullptr, &k)) return s;
         return copy_name(k->info.name, name, size);
+    });
+}
+
+TD_API int td_conv_cost(const TdConvProblem* p, const char* kernel, double* cost) {
+    return guarded([&]() -> int {
+        if (!cost) return fail(TD_ERROR, "cost must not be NULL");
+        if (!kernel || !*kernel) return fail(TD_ERROR, "td_conv_cost needs a kernel name");
+        const ConvKernel* k = nullptr;
+        if (int s = pick(p, kernel, &k)) return s;
+        ConvGeometry g{};
+        if (int s = check_problem(p, &g)) return s;
+        *cost = cost_of(*p, g, k->info, device::multiprocessors());
+        return TD_OK;
     });
 }
 

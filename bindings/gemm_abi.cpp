@@ -55,13 +55,16 @@ TdGemmProblem legacy_problem(int64_t M, int64_t N, int64_t K) {
     return p;
 }
 
+// The cost model's prediction for one kernel (arbitrary units; lower is faster).
+double cost_of(const TdGemmProblem& p, const KernelInfo& k, int workers) {
+    return predicted_cost(k, GemmShape{1, p.M, p.N, p.K}, k.variant == 1, p.splits > 0 ? p.splits : workers,
+                          workers);
+}
+
 int ranked(const TdGemmProblem* p, const char* name, std::vector<const GemmKernel*>* out) {
     if (int s = check_problem(p)) return s;
     const int workers = device::multiprocessors();
-    auto cost = [&](const KernelInfo& k) {
-        return predicted_cost(k, GemmShape{1, p->M, p->N, p->K}, k.variant == 1,
-                              p->splits > 0 ? p->splits : workers, workers);
-    };
+    auto cost = [&](const KernelInfo& k) { return cost_of(*p, k, workers); };
     return rank(gemm_table, gemm_table_size, *p, name, cost, out);
 }
 
@@ -203,6 +206,17 @@ TD_API int td_gemm_select(const TdGemmProblem* p, char* name, size_t size) {
         const GemmKernel* k = nullptr;
         if (int s = pick(p, nullptr, &k)) return s;
         return copy_name(k->info.name, name, size);
+    });
+}
+
+TD_API int td_gemm_cost(const TdGemmProblem* p, const char* kernel, double* cost) {
+    return guarded([&]() -> int {
+        if (!cost) return fail(TD_ERROR, "cost must not be NULL");
+        if (!kernel || !*kernel) return fail(TD_ERROR, "td_gemm_cost needs a kernel name");
+        const GemmKernel* k = nullptr;
+        if (int s = pick(p, kernel, &k)) return s;
+        *cost = cost_of(*p, k->info, device::multiprocessors());
+        return TD_OK;
     });
 }
 

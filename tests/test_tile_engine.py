@@ -152,6 +152,35 @@ def test_the_dispatcher_reads_a_tuning_table_nearest_first(tmp_path, monkeypatch
         d.lib.td_gemm_select, d._problem(td.GemmProblem(20, 20, 20, "bf16")))  # no bf16 entry: the model
 
 
+def test_the_calibrated_pick_scales_the_cost_model_by_the_nearest_measurements(tmp_path, monkeypatch):
+    """Between entries: the cost model times each kernel's measured/model ratio at the
+    nearest entries. At an entry: its measured ranking."""
+    from tiledispatch.tile_engine.tuning import problem_spec
+    monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    d = td.Dispatcher("gemm", "cpu")
+    q = td.GemmProblem(1000, 1000, 1000)
+    names = sorted((k.name for k in d.kernels if k.dtype.key == "fp32" and k.layout.key == "rcr"
+                    and d.is_supported(q, k.name)), key=lambda n: d.cost(q, n))
+    model_pick, runner_up = names[0], names[1]
+    assert d.select(q) == model_pick and d.cost(q, runner_up) < 10 * d.cost(q, model_pick)
+    entries = []
+    for p in (td.GemmProblem(900, 1100, 1000), td.GemmProblem(1200, 1000, 800)):
+        ms = {n: d.cost(p, n) * (0.1 if n == runner_up else 1.0) * 1e-9 for n in names}
+        ranked = sorted(ms, key=ms.get)
+        entries.append({"problem": problem_spec(p), "kernels": ranked, "latency_ms": [ms[n] for n in ranked]})
+    path = tmp_path / "calibrated.json"
+    path.write_text(json.dumps({"schema_version": 1, "target": "cpu", "entries": entries}))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    assert d.cost(q, runner_up) * 0.1 < d.cost(q, model_pick)
+    assert d.select(q) == runner_up  # measured 10x faster than modelled around q
+    entries.append({"problem": problem_spec(q), "kernels": [model_pick, runner_up], "latency_ms": [1.0, 2.0]})
+    exact = tmp_path / "exact.json"
+    exact.write_text(json.dumps({"schema_version": 1, "target": "cpu", "entries": entries}))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(exact))
+    assert d.select(q) == model_pick  # the table holds q itself: its measured best
+    assert d.cost(td.GemmProblem(8, 8, 8, "bf16"), runner_up) is None  # an fp32 kernel rejects bf16
+
+
 def test_cli_bench_and_tune(swept, tmp_path):
     import subprocess
     out, _ = swept

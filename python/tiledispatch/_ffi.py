@@ -14,9 +14,9 @@ from .codegen import ABI_VERSION
 from .errors import TileDispatchError, raise_for
 from ._registry import kernels_dir, registry
 
-c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float = (
+c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float, c_double = (
     ctypes.c_int64, ctypes.c_int32, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
-    ctypes.c_size_t, ctypes.c_float)
+    ctypes.c_size_t, ctypes.c_float, ctypes.c_double)
 
 
 class TdGemmProblem(ctypes.Structure):
@@ -54,6 +54,7 @@ _GEMM = {
     "dispatcher_cleanup": ([], None),
     "td_gemm_is_supported": ([_P(TdGemmProblem), c_char_p], c_int),
     "td_gemm_select": ([_P(TdGemmProblem), c_char_p, c_size_t], c_int),
+    "td_gemm_cost": ([_P(TdGemmProblem), c_char_p, _P(c_double)], c_int),
     "td_gemm_workspace_size": ([_P(TdGemmProblem), c_char_p, _P(c_size_t)], c_int),
     "td_gemm_run": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
                      c_void_p, _P(c_float)], c_int),
@@ -69,6 +70,7 @@ _CONV = {
     "conv_dispatcher_cleanup": ([], None),
     "td_conv_is_supported": ([_P(TdConvProblem), c_char_p], c_int),
     "td_conv_select": ([_P(TdConvProblem), c_char_p, c_size_t], c_int),
+    "td_conv_cost": ([_P(TdConvProblem), c_char_p, _P(c_double)], c_int),
     "td_conv_workspace_size": ([_P(TdConvProblem), c_char_p, _P(c_size_t)], c_int),
     "td_conv_run": ([_P(TdConvProblem), c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
                      c_void_p, _P(c_float)], c_int),

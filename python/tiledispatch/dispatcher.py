@@ -80,16 +80,33 @@ class Dispatcher:
         return self.lib.check(fn(self._problem(problem), self._kernel(kernel))) == 1
 
     def tuned(self, problem) -> str | None:
-        """The first kernel the tuning tables rank for the nearest tuned problem that
-        supports this one; None without tables or entries."""
-        if not tuning.table_paths(self.target):
+        """The tuning tables' kernel for this problem (tile_engine.tuning.pick: the measured
+        best where the table holds the problem, else the cost model calibrated by the
+        nearest entries' measurements); None without tables or entries of its kind."""
+        paths = tuning.table_paths(self.target)
+        if not paths:
             return None
         if self._names is None:
             self._names = {k.name for k in self.kernels}
-        for name in tuning.ranked_names(self.target, problem, self._names):
-            if self.is_supported(problem, name):
-                return name
-        return None
+            self._tuned = {}
+        key = (paths, problem)
+        if key not in self._tuned:
+            if len(self._tuned) > 4096:
+                self._tuned.clear()
+            self._tuned[key] = tuning.pick(self.target, problem, self._names,
+                                           lambda name: self.is_supported(problem, name), self.cost)
+        return self._tuned[key]
+
+    def cost(self, problem, kernel) -> float | None:
+        """The library's cost-model prediction for a kernel on a problem (arbitrary units,
+        lower is faster); None when the kernel rejects the problem."""
+        fn = self.lib.td_gemm_cost if self.op == "gemm" else self.lib.td_conv_cost
+        value = ctypes.c_double(0.0)
+        status = fn(self._problem(problem), self._kernel(kernel), ctypes.byref(value))
+        if status in (-2, -3):  # TD_UNSUPPORTED, TD_REJECTED
+            return None
+        self.lib.check(status)
+        return value.value
 
     def select(self, problem) -> str:
         """The kernel the dispatcher picks: the tuning table's first supporting kernel for

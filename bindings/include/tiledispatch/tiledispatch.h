@@ -98,6 +98,9 @@ TD_API void dispatcher_cleanup(void);
 /* ---- GEMM: extended ABI. kernel NULL or "" = let the dispatcher choose. ---- */
 TD_API int td_gemm_is_supported(const TdGemmProblem* p, const char* kernel); /* 1, 0, <0 */
 TD_API int td_gemm_select(const TdGemmProblem* p, char* name, size_t size);
+/* The cost model's prediction for a named kernel (arbitrary units, lower is faster; the
+ * tuning tables calibrate it with measurements). */
+TD_API int td_gemm_cost(const TdGemmProblem* p, const char* kernel, double* cost);
 TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, size_t* bytes);
 /* Pointers are device pointers for GPU targets (host memory for cpu). workspace may be NULL:
  * the library then allocates what it needs. stream is the backend's stream (NULL: default). */
@@ -124,6 +127,7 @@ TD_API void conv_dispatcher_cleanup(void);
 /* ---- conv: extended ABI ---- */
 TD_API int td_conv_is_supported(const TdConvProblem* p, const char* kernel);
 TD_API int td_conv_select(const TdConvProblem* p, char* name, size_t size);
+TD_API int td_conv_cost(const TdConvProblem* p, const char* kernel, double* cost);
 TD_API int td_conv_workspace_size(const TdConvProblem* p, const char* kernel, size_t* bytes);
 TD_API int td_conv_run(const TdConvProblem* p, const char* kernel, const void* input,
                        const void* weight, void* output, void* workspace,

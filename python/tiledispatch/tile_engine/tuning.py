@@ -2,8 +2,16 @@
 
 Written by `tiledispatch tune` from bench results; read from the tables shipped in
 `_kernels/tuning_<target>.json` and from the files named by TILEDISPATCH_TUNING
-(os.pathsep-separated). The dispatcher takes the nearest entry of the same kind
-(op, dtype, layout or direction and rank), distance = sum of |log| ratios of the sizes.
+(os.pathsep-separated). Entries of the same kind (op, dtype, layout or direction and rank)
+are compared by distance = sum of |log| ratios of the sizes.
+
+The pick (`pick`): a problem the table holds takes its fastest measured kernel that
+supports it. Any other problem takes the kernel with the lowest calibrated prediction:
+the library's cost model for that kernel on this problem (wave quantization and all),
+times the kernel's measured time over its cost-model prediction at the NEIGHBOURS nearest
+entries (a geometric mean weighted by 1 / (distance + 0.05)). The model supplies the
+shape of the cost, the measurements its scale per kernel and neighbourhood. Entries
+without latencies (older tables) fall back to the nearest entry's ranking.
 """
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ import os
 import warnings
 
 SCHEMA = 1
+NEIGHBOURS = 3
 
 
 def problem_spec(problem) -> dict:
@@ -52,8 +61,8 @@ def make_table(results: list, target: str) -> dict:
             continue
         key = json.dumps(r["problem"], sort_keys=True)
         by_problem.setdefault(key, []).append((r["latency_ms"], r["kernel"]))
-    entries = [{"problem": json.loads(k), "kernels": [name for _, name in sorted(v)]}
-               for k, v in sorted(by_problem.items())]
+    entries = [{"problem": json.loads(k), "kernels": [name for _, name in sorted(v)],
+                "latency_ms": [ms for ms, _ in sorted(v)]} for k, v in sorted(by_problem.items())]
     return {"schema_version": SCHEMA, "target": target, "entries": entries}
 
 
@@ -104,6 +113,59 @@ def _warn_missing(path: str, registered: set) -> None:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         warnings.warn(f"tuning table {path} names {len(missing)} kernel(s) this installation does not have "
                       f"({shown}); ignored", RuntimeWarning, stacklevel=4)
+
+
+def problem_from(spec: dict):
+    """A GemmProblem / ConvProblem from its JSON spec (the problems-file format)."""
+    from ..problems import ConvProblem, GemmProblem
+    if spec["op"] == "gemm":
+        return GemmProblem(spec["M"], spec["N"], spec["K"], spec.get("dtype", "fp32"), spec.get("layout", "rcr"))
+    return ConvProblem(spec["N"], spec["G"], spec["C"], spec["K"], tuple(spec["input"]), tuple(spec["filter"]),
+                       spec.get("stride", 1), spec.get("pad", 0), spec.get("dilation", 1),
+                       spec.get("direction", "fwd"), spec.get("dtype", "fp32"))
+
+
+def pick(target: str, problem, registered: set, supports, cost) -> str | None:
+    """The tables' kernel for a problem (None: no entry of its kind, or none that applies).
+
+    supports(name) -> bool for this problem; cost(problem, name) -> the cost model's
+    prediction, or None where the kernel rejects that problem."""
+    spec = problem_spec(problem)
+    kind = _kind(spec)
+    near = sorted(((distance(spec, e["problem"]), i, e, path)
+                   for i, (t, e, path) in enumerate(_load(table_paths(target)))
+                   if t == target and _kind(e["problem"]) == kind), key=lambda n: n[:2])[:NEIGHBOURS]
+    if not near:
+        return None
+    for _, _, entry, path in near:
+        if any(name not in registered for name in entry["kernels"]):
+            _warn_missing(path, registered)
+    d0, _, first, _ = near[0]
+    if d0 == 0 or any("latency_ms" not in e for _, _, e, _ in near):
+        return next((n for n in first["kernels"] if n in registered and supports(n)), None)
+    logs = {}  # kernel -> [sum of w * log(measured / model), sum of w]
+    for d, _, entry, _ in near:
+        w = 1.0 / (d + 0.05)
+        at = problem_from(entry["problem"])
+        for name, ms in zip(entry["kernels"], entry["latency_ms"]):
+            if name not in registered or not ms or ms <= 0:
+                continue
+            model = cost(at, name)
+            if model and model > 0:
+                acc = logs.setdefault(name, [0.0, 0.0])
+                acc[0] += w * math.log(ms / model)
+                acc[1] += w
+    best, best_t = None, math.inf
+    for name in sorted(logs):
+        if not supports(name):
+            continue
+        model = cost(problem, name)
+        if not model or model <= 0:
+            continue
+        predicted = model * math.exp(logs[name][0] / logs[name][1])
+        if predicted < best_t:
+            best, best_t = name, predicted
+    return best
 
 
 def ranked_names(target: str, problem, registered: set) -> list:

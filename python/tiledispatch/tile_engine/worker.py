@@ -23,14 +23,7 @@ import time
 
 import numpy as np
 
-
-def problem_from(spec: dict):
-    from .. import ConvProblem, GemmProblem
-    if spec["op"] == "gemm":
-        return GemmProblem(spec["M"], spec["N"], spec["K"], spec.get("dtype", "fp32"), spec.get("layout", "rcr"))
-    return ConvProblem(spec["N"], spec["G"], spec["C"], spec["K"], tuple(spec["input"]), tuple(spec["filter"]),
-                       spec.get("stride", 1), spec.get("pad", 0), spec.get("dilation", 1),
-                       spec.get("direction", "fwd"), spec.get("dtype", "fp32"))
+from .tuning import problem_from
 
 
 class Case:
@@ -44,6 +37,9 @@ class Case:
         from ..arrays import numpy_dtype, random
         from ..codegen import Direction
         self.problem = p = problem_from(spec)
+        if on_gpu and not verify and _torch() is not None:
+            self._on_device(spec, seed)  # no reference needed: the inputs are made where they run
+            return
         rng = np.random.default_rng(seed)
         out_dtype = numpy_dtype(p.dtype.out)
         if spec["op"] == "gemm":
@@ -80,17 +76,54 @@ class Case:
         self.sets = [self.args] + [tuple(a if a is self.out else np.copy(a, order="K") for a in self.args)
                                    for _ in range(copies - 1)]
 
+    def _on_device(self, spec: dict, seed: int):
+        """Uniform [-1, 1) operands made on the GPU (fast for big problems), an empty output."""
+        from ..codegen import Direction
+        torch, p = _torch(), self.problem
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+
+        def rand(shape, transposed=False):
+            shape = tuple(reversed(shape)) if transposed else tuple(shape)
+            t = torch.empty(shape, device="cuda").uniform_(-1.0, 1.0, generator=gen).to(_TORCH[p.dtype.key])
+            return t.t() if transposed else t
+
+        def empty(shape):
+            return torch.empty(tuple(shape), device="cuda", dtype=_TORCH[p.dtype.out.key])
+
+        if spec["op"] == "gemm":
+            self.out = empty((p.M, p.N))
+            self.args = (rand((p.M, p.K), not p.layout.a_row), rand((p.K, p.N), not p.layout.b_row), self.out)
+            self.k = p.K
+        else:
+            x, w, dy = p.input_shape, p.weight_shape, p.output_shape
+            if p.direction is Direction.FWD:
+                self.out = empty(dy)
+                self.args = (rand(x), rand(w), self.out)
+            elif p.direction is Direction.BWD_DATA:
+                self.out = empty(x)
+                self.args = (self.out, rand(w), rand(dy))
+            else:
+                self.out = empty(w)
+                self.args = (rand(x), self.out, rand(dy))
+            self.k = p.reduction_length
+        self.ref, self.host_out = None, None
+        self._flush_buffer()
+
+    def _flush_buffer(self):
+        torch = _torch()
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size or 50 << 20
+        scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.flush = scratch.zero_
+        self.sets = [self.args]
+        self.timing = "device, L2 flushed"
+
     def _to_device(self):
         """The operands as torch CUDA tensors with the same strides, and an L2 flush."""
         torch = _torch()
         index = [i for i, a in enumerate(self.args) if a is self.host_out][0]
         self.args = tuple(_device_copy(torch, a) for a in self.args)
         self.out = self.args[index]
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size or 50 << 20
-        scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-        self.flush = scratch.zero_
-        self.sets = [self.args]
-        self.timing = "device, L2 flushed"
+        self._flush_buffer()
 
     def poison(self):
         if self.out is self.host_out:
@@ -114,15 +147,25 @@ def _torch():
     return torch if torch.cuda.is_available() else None
 
 
+class _TorchDtypes(dict):
+    NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
+             "fp8_e5m2": "float8_e5m2"}
+
+    def __missing__(self, key):
+        value = self[key] = getattr(_torch(), self.NAMES[key])
+        return value
+
+
+_TORCH = _TorchDtypes()
+
+
 def _device_copy(torch, array: np.ndarray):
     """A CUDA tensor holding a numpy array's bytes, with its strides (any dtype: the bytes
     travel as uint8 and are viewed as the torch dtype of the same width and kind)."""
     from ..arrays import dtype_of
-    name = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
-            "fp8_e5m2": "float8_e5m2"}[dtype_of(array).key]
     item = array.itemsize
     flat = np.ascontiguousarray(array.ravel(order="K")).view(np.uint8)
-    dev = torch.from_numpy(flat).cuda().view(getattr(torch, name))
+    dev = torch.from_numpy(flat).cuda().view(_TORCH[dtype_of(array).key])
     return dev.as_strided(array.shape, tuple(st // item for st in array.strides))
 
 
