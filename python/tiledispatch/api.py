@@ -78,6 +78,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
 
 
 _TORCH_FAST: dict = {}
+_PROBLEMS: dict = {}
 
 
 def _strided_order(strides, rows: int, cols: int):
@@ -101,7 +102,8 @@ def _torch_fast(a, b, out, alpha):
         _TORCH_FAST["raw_stream"] = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     torch = _TORCH_FAST["torch"]
     dtype = table.get(a.dtype)
-    if dtype is None or b.dtype != a.dtype or a.dim() != 2 or b.dim() != 2 or a.device != b.device:
+    dev = a.device
+    if dtype is None or b.dtype != a.dtype or a.dim() != 2 or b.dim() != 2 or b.device != dev:
         return None
     M, K = a.shape
     K2, N = b.shape
@@ -112,24 +114,30 @@ def _torch_fast(a, b, out, alpha):
         return None
     (a_row, lda), (b_row, ldb) = a_order, b_order
     if out is None:
-        out = torch.empty((M, N), dtype=_TORCH_OUT[dtype], device=a.device)
-    elif out.shape != (M, N) or out.dtype != _TORCH_OUT[dtype] or out.stride(1) != 1 or out.device != a.device:
+        out = torch.empty((M, N), dtype=_TORCH_OUT[dtype], device=dev)
+    elif out.shape != (M, N) or out.dtype != _TORCH_OUT[dtype] or out.stride(1) != 1 or out.device != dev:
         return None
-    d = _TORCH_FAST.get(("dispatcher", a.device.index))
-    if d is None:
-        d = _TORCH_FAST[("dispatcher", a.device.index)] = dispatcher("gemm", _device_target())
+    index = dev.index
+    cached = _TORCH_FAST.get(("dispatcher", index))
+    if cached is None:
+        d = dispatcher("gemm", _device_target())
+        cached = _TORCH_FAST[("dispatcher", index)] = (d, d.lib.td_gemm_run)
+    d, run = cached
     raw = _TORCH_FAST["raw_stream"]
-    stream = raw(a.device.index) if raw is not None else torch.cuda.current_stream(a.device).cuda_stream
+    stream = raw(index) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
     layout = _LAYOUT[(a_row, b_row)]
-    ldc = out.stride(0)
-    problem = _ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb, ldc, alpha, 0, 0, 0)
+    key = (M, N, K, dtype, layout, lda, ldb, out.stride(0), alpha)
+    problem = _PROBLEMS.get(key)
+    if problem is None:  # the C struct of a problem, made once (the ctypes constructor is slow)
+        if len(_PROBLEMS) > 4096:
+            _PROBLEMS.clear()
+        problem = _PROBLEMS[key] = ctypes.byref(_ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb,
+                                                                     key[7], alpha, 0, 0, 0))
     paths = tuning.table_paths(d.target)
-    kernel = _tuned_kernel(d, paths, (M, N, K, dtype, layout, lda, ldb, ldc)) if paths else None
-    lib = d.lib
-    status = lib.td_gemm_run(ctypes.byref(problem), kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0,
-                             stream, None)
+    kernel = _tuned_kernel(d, paths, key[:8]) if paths else None
+    status = run(problem, kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0, stream, None)
     if status:
-        lib.check(status)
+        d.lib.check(status)
     return out
 
 
@@ -171,8 +179,7 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
     """
     if is_device_array(a) or is_device_array(b):
-        if (kernel is None and layout is None and target is None and is_torch(a) and is_torch(b)
-                and not tuning.table_paths(_device_target())):
+        if kernel is None and layout is None and target is None and is_torch(a) and is_torch(b):
             result = _torch_fast(a, b, out, alpha)
             if result is not None:
                 return result

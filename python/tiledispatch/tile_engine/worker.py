@@ -9,8 +9,8 @@ rotate_mib MiB of them, default 64, at most 8 copies) so that a run does not fin
 operands in the cache the previous run left warm. On a GPU target the operands live in
 device memory (torch tensors; without torch, numpy through the host path, which leaves
 them in L2 and says so in each result's "timing") and the L2 cache is flushed before
-every timed run by writing a buffer twice its size; the time is the kernel's own, taken
-with CUDA events by the library.
+every timed run by writing 512 MiB, which also keeps the GPU busy while the host
+launches; the time is the kernel's own, taken with CUDA events by the library.
 The libraries come from TILEDISPATCH_KERNELS_DIR (the sweep's build directory).
 """
 from __future__ import annotations
@@ -109,10 +109,16 @@ class Case:
         self.ref, self.host_out = None, None
         self._flush_buffer()
 
+    FLUSH_BYTES = 512 << 20
+
     def _flush_buffer(self):
+        """A write of 512 MiB (10x the H200's L2) before each timed run: it evicts the
+        operands, and it keeps the GPU busy for ~0.2 ms while the host prepares and launches
+        the kernel, so the library's start event does not time the host (its timer starts
+        before the launch preparation; on an idle GPU that would count 10-30 us of host work)."""
         torch = _torch()
         l2 = torch.cuda.get_device_properties(0).L2_cache_size or 50 << 20
-        scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        scratch = torch.empty(max(self.FLUSH_BYTES, 2 * l2), dtype=torch.uint8, device="cuda")
         self.flush = scratch.zero_
         self.sets = [self.args]
         self.timing = "device, L2 flushed"
