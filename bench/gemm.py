@@ -217,6 +217,12 @@ def main() -> int:
             run(ref, kname, pa, pb, pc, None, 0, stream, None)
         host_c[label] = (time.perf_counter() - start) / n * 1e6
         torch.cuda.synchronize()
+    for label, call in (("ctypes call alone", lambda f=d.lib.td_abi_version: f()),
+                        ("C supports check, no launch", lambda f=d.lib.td_gemm_is_supported: f(ref, named))):
+        start = time.perf_counter()
+        for _ in range(n):
+            call()
+        host_c[label] = (time.perf_counter() - start) / n * 1e6
 
     print("\nsummary (ratio = TFLOP/s over torch in the same run)")
     for dtype in args.dtypes:

@@ -6,12 +6,16 @@ Written by `tiledispatch tune` from bench results; read from the tables shipped 
 are compared by distance = sum of |log| ratios of the sizes.
 
 The pick (`pick`): a problem the table holds takes its fastest measured kernel that
-supports it. Any other problem takes the kernel with the lowest calibrated prediction:
-the library's cost model for that kernel on this problem (wave quantization and all),
-times the kernel's measured time over its cost-model prediction at the NEIGHBOURS nearest
-entries (a geometric mean weighted by 1 / (distance + 0.05)). The model supplies the
-shape of the cost, the measurements its scale per kernel and neighbourhood. Entries
-without latencies (older tables) fall back to the nearest entry's ranking.
+supports it. Any other problem takes the kernel with the lowest score over the NEIGHBOURS
+nearest entries (weights 1 / (distance + 0.05)):
+
+    score(k) = mean_e [ log(t(k, e) / t_best(e)) + ALPHA * log(cost(k, q) / cost(k, e)) ]
+
+the kernel's measured slowness relative to the fastest at each neighbour e, moved by a
+damped share of the change the library's cost model predicts for that kernel from e to
+this problem q (wave quantization, K-loop length, stream-K fix-up). NEIGHBOURS = 6 and
+ALPHA = 0.25 were chosen by leave-one-out over the H200 training grid (bench/RESULTS.md).
+Entries without latencies (older tables) fall back to the nearest entry's ranking.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ import os
 import warnings
 
 SCHEMA = 1
-NEIGHBOURS = 3
+NEIGHBOURS = 6
+ALPHA = 0.25
 
 
 def problem_spec(problem) -> dict:
@@ -143,45 +148,26 @@ def pick(target: str, problem, registered: set, supports, cost) -> str | None:
     d0, _, first, _ = near[0]
     if d0 == 0 or any("latency_ms" not in e for _, _, e, _ in near):
         return next((n for n in first["kernels"] if n in registered and supports(n)), None)
-    logs = {}  # kernel -> [sum of w * log(measured / model), sum of w]
+    scores = {}  # kernel -> [sum of w * (log slowness + ALPHA * log model change), sum of w]
+    model_here = {}
     for d, _, entry, _ in near:
         w = 1.0 / (d + 0.05)
         at = problem_from(entry["problem"])
-        for name, ms in zip(entry["kernels"], entry["latency_ms"]):
-            if name not in registered or not ms or ms <= 0:
+        timed = [(n, ms) for n, ms in zip(entry["kernels"], entry["latency_ms"]) if ms and ms > 0]
+        if not timed:
+            continue
+        fastest = min(ms for _, ms in timed)
+        for name, ms in timed:
+            if name not in registered:
                 continue
-            model = cost(at, name)
-            if model and model > 0:
-                acc = logs.setdefault(name, [0.0, 0.0])
-                acc[0] += w * math.log(ms / model)
-                acc[1] += w
-    best, best_t = None, math.inf
-    for name in sorted(logs):
-        if not supports(name):
-            continue
-        model = cost(problem, name)
-        if not model or model <= 0:
-            continue
-        predicted = model * math.exp(logs[name][0] / logs[name][1])
-        if predicted < best_t:
-            best, best_t = name, predicted
-    return best
-
-
-def ranked_names(target: str, problem, registered: set) -> list:
-    """Kernel names the tables rank for the nearest tuned problem ([] when none)."""
-    spec = problem_spec(problem)
-    kind = _kind(spec)
-    best, best_d = None, math.inf
-    for table_target, entry, path in _load(table_paths(target)):
-        if table_target != target or _kind(entry["problem"]) != kind:
-            continue
-        d = distance(spec, entry["problem"])
-        if d < best_d:
-            best, best_d = (entry, path), d
-    if best is None:
-        return []
-    entry, path = best
-    if any(name not in registered for name in entry["kernels"]):
-        _warn_missing(path, registered)
-    return [name for name in entry["kernels"] if name in registered]
+            if name not in model_here:
+                model_here[name] = cost(problem, name) if supports(name) else None
+            there = cost(at, name) if model_here[name] else None
+            if not there or there <= 0 or model_here[name] <= 0:
+                continue
+            acc = scores.setdefault(name, [0.0, 0.0])
+            acc[0] += w * (math.log(ms / fastest) + ALPHA * math.log(model_here[name] / there))
+            acc[1] += w
+    if not scores:
+        return None
+    return min(sorted(scores), key=lambda name: scores[name][0] / scores[name][1])
