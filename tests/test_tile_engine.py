@@ -181,6 +181,53 @@ def test_the_calibrated_pick_scales_the_cost_model_by_the_nearest_measurements(t
     assert d.cost(td.GemmProblem(8, 8, 8, "bf16"), runner_up) is None  # an fp32 kernel rejects bf16
 
 
+@pytest.mark.parametrize("op, problem", [
+    ("gemm", td.GemmProblem(300, 200, 100)),
+    ("conv", td.ConvProblem(2, 2, 4, 4, (9, 9), (3, 3), 1, 1, 1, "bwd_data")),
+])
+def test_the_exported_cost_model_ranks_as_the_library_selects(op, problem, monkeypatch):
+    """td_gemm_cost / td_conv_cost: the prediction selection ranks by (no tables here)."""
+    monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    d = td.Dispatcher(op, "cpu")
+    costs = {k.name: d.cost(problem, k.name) for k in d.kernels}
+    ok = {n: c for n, c in costs.items() if c is not None}
+    assert ok and all(c > 0 for c in ok.values())
+    assert all(d.is_supported(problem, n) == (n in ok) for n in costs)
+    assert d.select(problem) == min(sorted(ok), key=ok.get)
+    with pytest.raises(td.UnsupportedProblemError):
+        d.cost(problem, "no_such_kernel")
+
+
+def test_shipped_tables_are_read_unless_switched_off(tmp_path, monkeypatch):
+    from tiledispatch.tile_engine import tuning
+    table = {"schema_version": 1, "target": "cpu", "entries": [
+        {"problem": {"op": "gemm", "M": 8, "N": 8, "K": 8, "dtype": "fp32", "layout": "rcr"},
+         "kernels": ["a", "b"], "latency_ms": [1.0, 2.5]}]}
+    text = tuning.dumps(table)
+    assert json.loads(text) == table and len(text.splitlines()) == 3  # one line per entry
+    (tmp_path / "tuning_cpu.json").write_text(text)
+    monkeypatch.setenv("TILEDISPATCH_KERNELS_DIR", str(tmp_path))  # where the shipped tables live
+    monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    monkeypatch.delenv("TILEDISPATCH_NO_SHIPPED_TUNING", raising=False)
+    assert tuning.table_paths("cpu") == (str(tmp_path / "tuning_cpu.json"),)
+    assert tuning.table_paths("sm_90a") == ()
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    assert tuning.table_paths("cpu") == ()
+
+
+def test_the_shipped_h200_table_names_only_default_manifest_kernels():
+    """tuning/tuning_sm_90a.json (installed with the sm_90a libraries) was measured on the
+    default manifest's kernels: every name it holds is one the manifest builds."""
+    from tiledispatch.codegen.manifest import expand, load_manifest
+    table = json.loads((ROOT / "tuning" / "tuning_sm_90a.json").read_text())
+    names = {c.name for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs}
+    held = {n for e in table["entries"] for n in e["kernels"]}
+    assert table["target"] == "sm_90a" and len(table["entries"]) > 1000
+    assert held and held <= names
+    assert all(len(e["kernels"]) == len(e["latency_ms"]) and e["latency_ms"] == sorted(e["latency_ms"])
+               for e in table["entries"])
+
+
 def test_cli_bench_and_tune(swept, tmp_path):
     import subprocess
     out, _ = swept

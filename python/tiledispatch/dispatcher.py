@@ -103,7 +103,7 @@ class Dispatcher:
         fn = self.lib.td_gemm_cost if self.op == "gemm" else self.lib.td_conv_cost
         value = ctypes.c_double(0.0)
         status = fn(self._problem(problem), self._kernel(kernel), ctypes.byref(value))
-        if status in (-2, -3):  # TD_UNSUPPORTED, TD_REJECTED
+        if status == -3:  # TD_REJECTED: the kernel refuses the problem (an unknown name raises)
             return None
         self.lib.check(status)
         return value.value

@@ -11,6 +11,7 @@ from ..codegen.yamlsrc import ManifestError, load_yaml, read_source
 from . import build as build_phase
 from . import runner
 from .sweep import expand_sweep
+from .tuning import dumps as tuning_dumps
 from .tuning import make_table
 
 CSV_FIELDS = ["kernel", "problem", "M", "N", "K", "N_batch", "G", "C", "K_out", "input", "filter", "direction",
@@ -120,7 +121,7 @@ def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60
     (out / "results.json").write_text(json.dumps(report, indent=1))
     write_csv(out / "results.csv", results)
     tune_path = out / f"tuning_{target}.json"
-    tune_path.write_text(json.dumps(make_table(results, target), indent=1))
+    tune_path.write_text(tuning_dumps(make_table(results, target)))
     log(best_table(problems, results, picks))
     log(f"wrote {out / 'results.csv'}, {out / 'results.json'}, {tune_path} in {time.time() - start:.0f} s")
     if plot:
@@ -193,5 +194,5 @@ def plot_results(problems, results, picks, out, log):
 def write_tuning(results_json, out_path) -> dict:
     report = json.loads(Path(results_json).read_text())
     table = make_table(report["results"], report["target"])
-    Path(out_path).write_text(json.dumps(table, indent=1))
+    Path(out_path).write_text(tuning_dumps(table))
     return table

@@ -58,6 +58,13 @@ def distance(a: dict, b: dict) -> float:
     return sum(abs(math.log(x / y)) for x, y in zip(_sizes(a), _sizes(b)))
 
 
+def dumps(table: dict) -> str:
+    """A table as compact JSON, one entry per line (tables run to thousands of entries)."""
+    head = json.dumps({k: v for k, v in table.items() if k != "entries"})[:-1]
+    rows = ",\n".join(json.dumps(e, separators=(",", ":")) for e in table["entries"])
+    return f'{head}, "entries": [\n{rows}\n]}}\n'
+
+
 def make_table(results: list, target: str) -> dict:
     """From bench results (one dict per kernel and problem): OK kernels ranked by latency."""
     by_problem = {}
@@ -67,7 +74,7 @@ def make_table(results: list, target: str) -> dict:
         key = json.dumps(r["problem"], sort_keys=True)
         by_problem.setdefault(key, []).append((r["latency_ms"], r["kernel"]))
     entries = [{"problem": json.loads(k), "kernels": [name for _, name in sorted(v)],
-                "latency_ms": [ms for ms, _ in sorted(v)]} for k, v in sorted(by_problem.items())]
+                "latency_ms": [float(f"{ms:.5g}") for ms, _ in sorted(v)]} for k, v in sorted(by_problem.items())]
     return {"schema_version": SCHEMA, "target": target, "entries": entries}
 
 
@@ -90,15 +97,18 @@ def _load(paths: tuple) -> list:
 
 
 def table_paths(target: str) -> tuple:
-    return _table_paths(target, os.environ.get("TILEDISPATCH_TUNING", ""), os.environ.get("TILEDISPATCH_KERNELS_DIR", ""))
+    """The shipped table (unless TILEDISPATCH_NO_SHIPPED_TUNING=1), then TILEDISPATCH_TUNING's."""
+    env = os.environ
+    return _table_paths(target, env.get("TILEDISPATCH_TUNING", ""), env.get("TILEDISPATCH_KERNELS_DIR", ""),
+                        env.get("TILEDISPATCH_NO_SHIPPED_TUNING", "") == "1")
 
 
 @functools.lru_cache(maxsize=None)
-def _table_paths(target: str, env_tables: str, env_kernels: str) -> tuple:
+def _table_paths(target: str, env_tables: str, env_kernels: str, no_shipped: bool) -> tuple:
     from .._registry import kernels_dir
     paths = []
     shipped = kernels_dir() / f"tuning_{target}.json"
-    if shipped.is_file():
+    if not no_shipped and shipped.is_file():
         paths.append(str(shipped))
     paths += [p for p in env_tables.split(os.pathsep) if p]
     return tuple(paths)
