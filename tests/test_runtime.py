@@ -431,3 +431,21 @@ def test_dispatcher_is_safe_from_several_threads(rng):
     for t in threads:
         t.join()
     assert all(f"M={-i - 1}" in messages[i] for i in range(4))
+
+
+def test_one_torch_dtype_table_for_inputs_and_outputs(monkeypatch):
+    """arrays.torch_dtype (device arrays, the torch fast path's outputs, the tile engine's GPU
+    operands) maps every DType torch has, through a stand-in torch module (no torch here)."""
+    import sys
+    import types
+    from tiledispatch.api import _TorchOut
+    from tiledispatch.arrays import torch_dtype
+    names = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(**{n: f"torch.{n}" for n in names}))
+    assert [torch_dtype(d) for d in (DType.FP32, DType.FP16, DType.BF16, DType.FP8_E4M3, DType.FP8_E5M2)] == \
+        [f"torch.{n}" for n in names]
+    out = _TorchOut()
+    assert [out[d] for d in (DType.FP32, DType.FP16, DType.BF16, DType.FP8_E4M3)] == \
+        ["torch.float32", "torch.float16", "torch.bfloat16", "torch.bfloat16"]
+    with pytest.raises(KeyError):
+        torch_dtype(DType.FP8_E4M3_FNUZ)  # torch has no FNUZ types: the hip target takes numpy

@@ -9,22 +9,20 @@ import numpy as np
 from . import _ffi
 from .tile_engine import tuning
 from ._registry import registry
-from .arrays import _TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype
-from .codegen import Direction, DType, Layout
+from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype,
+                     torch_dtype)
+from .codegen import Direction, Layout
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
 
 
 _LAYOUT = {(True, False): Layout.RCR, (True, True): Layout.RRR, (False, True): Layout.CRR, (False, False): Layout.CCR}
-_TORCH_OUT_NAMES = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16",
-                    DType.FP8_E4M3: "bfloat16", DType.FP8_E5M2: "bfloat16"}
-
-
 class _TorchOut(dict):
+    """DType -> the torch element type of its output, looked up once."""
+
     def __missing__(self, dtype):
-        import torch
-        value = self[dtype] = getattr(torch, _TORCH_OUT_NAMES[dtype])
+        value = self[dtype] = torch_dtype(dtype.out)
         return value
 
 

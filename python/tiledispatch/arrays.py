@@ -51,6 +51,13 @@ def random(shape, dtype: DType, rng: np.random.Generator, low=-1.0, high=1.0) ->
 _TORCH_DTYPES = {"torch.float32": DType.FP32, "torch.float16": DType.FP16, "torch.bfloat16": DType.BF16,
                  "torch.float8_e4m3fn": DType.FP8_E4M3, "torch.float8_e5m2": DType.FP8_E5M2}
 _TYPESTR = {"<f4": DType.FP32, "<f2": DType.FP16}
+_TORCH_NAMES = {d: name.split(".")[1] for name, d in _TORCH_DTYPES.items()}
+
+
+def torch_dtype(dtype: DType):
+    """The torch element type of a DType (imports torch: call it only with torch in use)."""
+    import torch
+    return getattr(torch, _TORCH_NAMES[dtype])
 
 
 class DeviceArray:
@@ -105,8 +112,7 @@ class DeviceArray:
         """A new C-contiguous array of the caller's kind on the same device."""
         if self.kind == "torch":
             import torch
-            torch_dtype = {v: k for k, v in _TORCH_DTYPES.items()}[dtype].split(".")[1]
-            return torch.empty(shape, dtype=getattr(torch, torch_dtype), device=self.obj.device)
+            return torch.empty(shape, dtype=torch_dtype(dtype), device=self.obj.device)
         if self.kind == "cupy":
             import cupy
             if dtype not in (DType.FP32, DType.FP16):

@@ -49,7 +49,8 @@ class Dispatcher:
         self.op = op
         self.target = target or reg.default_target(op)
         reg.library(op, self.target)  # fails now, with the list of what is built, if absent
-        self._names = None
+        self._names = None  # registered kernel names, once the tables need them
+        self._tuned = {}    # (table paths, problem) -> the tables' pick
 
     def __repr__(self) -> str:
         return f"Dispatcher(op={self.op!r}, target={self.target!r}, kernels={len(self.kernels)})"
@@ -88,7 +89,6 @@ class Dispatcher:
             return None
         if self._names is None:
             self._names = {k.name for k in self.kernels}
-            self._tuned = {}
         key = (paths, problem)
         if key not in self._tuned:
             if len(self._tuned) > 4096:

@@ -73,8 +73,11 @@ def make_table(results: list, target: str) -> dict:
             continue
         key = json.dumps(r["problem"], sort_keys=True)
         by_problem.setdefault(key, []).append((r["latency_ms"], r["kernel"]))
-    entries = [{"problem": json.loads(k), "kernels": [name for _, name in sorted(v)],
-                "latency_ms": [float(f"{ms:.5g}") for ms, _ in sorted(v)]} for k, v in sorted(by_problem.items())]
+    entries = []
+    for key, timed in sorted(by_problem.items()):
+        timed.sort()
+        entries.append({"problem": json.loads(key), "kernels": [name for _, name in timed],
+                        "latency_ms": [float(f"{ms:.5g}") for ms, _ in timed]})
     return {"schema_version": SCHEMA, "target": target, "entries": entries}
 
 

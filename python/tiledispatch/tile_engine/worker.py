@@ -78,17 +78,18 @@ class Case:
 
     def _on_device(self, spec: dict, seed: int):
         """Uniform [-1, 1) operands made on the GPU (fast for big problems), an empty output."""
+        from ..arrays import torch_dtype
         from ..codegen import Direction
         torch, p = _torch(), self.problem
         gen = torch.Generator(device="cuda").manual_seed(seed)
 
         def rand(shape, transposed=False):
             shape = tuple(reversed(shape)) if transposed else tuple(shape)
-            t = torch.empty(shape, device="cuda").uniform_(-1.0, 1.0, generator=gen).to(_TORCH[p.dtype.key])
+            t = torch.empty(shape, device="cuda").uniform_(-1.0, 1.0, generator=gen).to(torch_dtype(p.dtype))
             return t.t() if transposed else t
 
         def empty(shape):
-            return torch.empty(tuple(shape), device="cuda", dtype=_TORCH[p.dtype.out.key])
+            return torch.empty(tuple(shape), device="cuda", dtype=torch_dtype(p.dtype.out))
 
         if spec["op"] == "gemm":
             self.out = empty((p.M, p.N))
@@ -153,25 +154,13 @@ def _torch():
     return torch if torch.cuda.is_available() else None
 
 
-class _TorchDtypes(dict):
-    NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
-             "fp8_e5m2": "float8_e5m2"}
-
-    def __missing__(self, key):
-        value = self[key] = getattr(_torch(), self.NAMES[key])
-        return value
-
-
-_TORCH = _TorchDtypes()
-
-
 def _device_copy(torch, array: np.ndarray):
     """A CUDA tensor holding a numpy array's bytes, with its strides (any dtype: the bytes
     travel as uint8 and are viewed as the torch dtype of the same width and kind)."""
-    from ..arrays import dtype_of
+    from ..arrays import dtype_of, torch_dtype
     item = array.itemsize
     flat = np.ascontiguousarray(array.ravel(order="K")).view(np.uint8)
-    dev = torch.from_numpy(flat).cuda().view(_TORCH[dtype_of(array).key])
+    dev = torch.from_numpy(flat).cuda().view(torch_dtype(dtype_of(array)))
     return dev.as_strided(array.shape, tuple(st // item for st in array.strides))
 
 
