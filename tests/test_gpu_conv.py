@@ -118,6 +118,29 @@ def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
     return True
 
 
+# The shared-memory tiled path of the direct kernels (2D/3D, 1 to 8 channels per group):
+# channel counts that make blocks of 8, 4 and 2 channel units, images wider and taller than
+# one tile, stride 2 with dilation 2 (bwd_data then takes the untiled kernel), 7x7.
+TILED_CASES = {
+    2: [((19, 75), (3, 3), (1, 1), (1, 1), (1, 1)), ((21, 66), (5, 3), (2, 2), (2, 1), (1, 2)),
+        ((12, 30), (7, 7), (1, 1), (3, 3), (1, 1))],
+    3: [((4, 9, 40), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)), ((5, 6, 35), (3, 3, 3), (2, 1, 2), (1, 1, 1), (1, 2, 1))],
+}
+
+
+def tiled_kernels():
+    return [k for k in kernels() if k.knobs.algorithm == "direct" and 1 <= k.knobs.channels_per_group <= 8
+            and k.ndim >= 2 and k.tile[1] == 8]
+
+
+@pytest.mark.parametrize("kernel", tiled_kernels(), ids=lambda k: k.name)
+def test_tiled_direct_kernels_on_many_channels_and_tiles(kernel, gen):
+    cpg = kernel.knobs.channels_per_group
+    for channels in (64, 144):  # 8 channel units (blocks of 8 or 4), 18 (blocks of 2)
+        for inp, fil, st, pad, dil in TILED_CASES[kernel.ndim]:
+            assert run_case(kernel, gen, 2, channels // cpg, cpg, cpg, inp, fil, st, pad, dil)
+
+
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     G, C, K = geometry(kernel)

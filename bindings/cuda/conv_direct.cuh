@@ -689,6 +689,12 @@ __global__ void conv_bwd_weight_generic(DeviceGeometry g, const T* __restrict__ 
     partial[(int64_t)slice * elems + e] = s;
 }
 
+}  // namespace td::cuda
+
+#include "conv_tiled.cuh"
+
+namespace td::cuda {
+
 // ---------------------------------------------------------------- host side
 inline bool conv_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -779,10 +785,38 @@ struct Sm90DirectConv {
         return DwPlan{(int)((s + SY - 1) / SY * SY), (int)seg_len};
     }
 
+    // The shared-memory tiled kernels (conv_tiled.cuh) take 2D and 3D problems at 1 to 8
+    // channels per group: fwd, bwd_data at stride 1, bwd_weight. PW is their rows per thread.
+    static constexpr bool kTiled = Ndim >= 2 && CPG >= 1 && CPG <= 8 && VC == kUnit;
+    static bool tiled(const ConvGeometry& geo, TiledPlan* pl, DeviceGeometry* tg) {
+        if constexpr (!kTiled) {
+            return false;
+        } else {
+            DeviceGeometry d = device_geometry(geo);
+            if (Direction == TD_CONV_BWD_WEIGHT) {
+                *tg = d;
+                return bwd_weight_tiled_plan(d, CPG, Threads, kSmCount, pl);
+            }
+            if (Direction == TD_CONV_BWD_DATA) {  // the forward over dy with the flipped filter
+                for (int i = 0; i < 3; ++i) {
+                    if (d.stride[i] != 1) return false;
+                    std::swap(d.in[i], d.out[i]);
+                    d.pad[i] = d.dil[i] * (d.fil[i] - 1) - d.pad[i];
+                }
+            }
+            *tg = d;
+            return fwd_tiled_plan(d, CPG, PW, Threads, pl);
+        }
+    }
+
     static size_t workspace_size(const TdConvProblem& p) {
         ConvGeometry g{};
         if (!conv_geometry(p, &g).empty()) return 0;
         const size_t elems = (size_t)(g.G * g.K * g.taps() * g.C);
+        TiledPlan pl{};
+        DeviceGeometry tg{};
+        if (tiled(g, &pl, &tg))
+            return Direction == TD_CONV_BWD_WEIGHT ? (size_t)pl.blocks_x * elems * sizeof(float) : 0;
         if (Direction == TD_CONV_BWD_WEIGHT)
             return (size_t)(dw_window(g) ? dw_plan(p, g).slices / SY : rows(slices(p, g))) * elems * sizeof(float);
         return CPG > 0 ? elems * sizeof(float) : 0;  // the transposed weights
@@ -805,6 +839,9 @@ struct Sm90DirectConv {
             return st;
         const T* x = static_cast<const T*>(in);
         const T* w = static_cast<const T*>(wei);
+        TiledPlan pl{};
+        DeviceGeometry tg{};
+        if (tiled(geo, &pl, &tg)) return run_tiled(pl, tg, in, wei, out, scratch, elems, stream);
         if (Direction != TD_CONV_BWD_WEIGHT && CPG > 0)
             conv_transpose_weights<T><<<blocks(elems), Threads, 0, stream>>>(g, w, scratch);
         if (Direction == TD_CONV_FWD) {
@@ -851,6 +888,30 @@ struct Sm90DirectConv {
             }
             conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(scratch, dw, elems,
                                                                                                window ? s / SY : rows(s));
+        }
+        return launch_status();
+    }
+
+    static int run_tiled(const TiledPlan& pl, const DeviceGeometry& tg, const void* in, const void* wei, void* out,
+                         float* scratch, int64_t elems, cudaStream_t stream) {
+        if constexpr (kTiled) {
+            const dim3 grid((unsigned)pl.blocks_x, (unsigned)(tg.G * CPG / kUnit / pl.cu));
+            if constexpr (Direction == TD_CONV_BWD_WEIGHT) {
+                auto kernel = conv_bwd_weight_tiled<T, CPG, Threads>;
+                if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+                kernel<<<grid, Threads, pl.smem, stream>>>(tg, pl, static_cast<const T*>(in), static_cast<const T*>(out),
+                                                           scratch);
+                conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
+                    scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.blocks_x);
+            } else {
+                auto kernel = conv_fwd_tiled<T, CPG, PW, Threads>;
+                if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+                const bool flip = Direction == TD_CONV_BWD_DATA;
+                // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)
+                const T* src = static_cast<const T*>(flip ? out : in);
+                T* dst = static_cast<T*>(const_cast<void*>(flip ? in : out));
+                kernel<<<grid, Threads, pl.smem, stream>>>(tg, pl, src, static_cast<const T*>(wei), dst, flip);
+            }
         }
         return launch_status();
     }

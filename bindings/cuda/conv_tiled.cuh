@@ -1,0 +1,389 @@
+// cuda backend: shared-memory tiled direct convolution for small channel counts per group
+// (depthwise, ResNeXt-style groups of up to 8 channels), 2D and 3D, channels-last.
+// Included by conv_direct.cuh, whose Sm90DirectConv takes this path where it applies.
+//
+// A block owns CU channel units (8 channels, one 16-byte vector each) and a tile of output
+// pixels. It copies the input pixels under the tile (halo included, zeros outside the image)
+// into shared memory once, coalesced, and the weights of its channels as fp32; the threads
+// then compute from shared memory. Each input vector leaves DRAM about once and no
+// transposed-weight pass runs before the kernel.
+//   fwd         thread = (unit, output column, PH output rows below each other)
+//   bwd_data    stride 1 only: the forward kernel on dy with the filter flipped and each
+//               group's weight matrix transposed (pad' = dil (F - 1) - pad)
+//   bwd_weight  thread = (unit, filter row) for depthwise (X taps, a window along W),
+//               (unit, tap) above; the threads of a job split the tile's pixels, add
+//               in shared memory in a fixed order and write one fp32 partial row per block;
+//               conv_bwd_weight_reduce adds the rows (deterministic).
+// In shared memory a pixel's CU vectors are padded to an odd count of 16-byte slots, so
+// that threads of a warp at neighbouring pixels hit different banks.
+#pragma once
+
+namespace td::cuda {
+
+constexpr int kUnit = 8;  // channels per unit: one 16-byte vector of 2-byte elements
+
+struct TiledPlan {
+    int cu;               // channel units per block
+    int sp;               // fwd: thread positions per unit (threads / cu)
+    int bw, bh;           // output tile: columns, rows
+    int tiles_w, tiles_h; // tiles per output plane
+    int rows_in, cols_in; // input tile (one depth plane)
+    int pitch;            // 16-byte slots per pixel in shared memory
+    int jobs, split;      // bwd_weight: jobs per unit, threads sharing a job
+    int bands;            // bwd_weight: row tiles one block walks
+    int blocks_x;         // grid x
+    size_t smem;          // dynamic shared memory, bytes
+};
+
+inline int odd_pitch(int cu) { return cu % 2 ? cu : cu + 1; }
+
+// Copies rows x cols pixels (CU vectors each) starting at (r0, c0) of a plane into shared
+// memory; pixels outside [0, rmax) x [0, cmax) become zeros. Four loads in flight per thread.
+template <class T, int Threads>
+__device__ __forceinline__ void tile_load(uint4* __restrict__ dst, const T* __restrict__ plane, int rows, int cols,
+                                          int r0, int c0, int rmax, int cmax, int width, int64_t chans, int cu,
+                                          int pitch) {
+    const int slots = rows * cols * cu;
+    for (int i0 = threadIdx.x; i0 < slots; i0 += Threads * 4) {
+        uint4 v[4];
+        int at[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int i = i0 + t * Threads;
+            v[t] = make_uint4(0, 0, 0, 0);
+            at[t] = -1;
+            if (i < slots) {
+                const int u = i % cu, pix = i / cu;
+                const int c = pix % cols, r = pix / cols;
+                const int ir = r0 + r, ic = c0 + c;
+                at[t] = pix * pitch + u;
+                if (ir >= 0 && ir < rmax && ic >= 0 && ic < cmax)
+                    v[t] = __ldg(reinterpret_cast<const uint4*>(plane + ((int64_t)ir * width + ic) * chans) + u);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+            if (at[t] >= 0) dst[at[t]] = v[t];
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[kUnit]) {
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kUnit; ++j) v[j] = to_float(e[j]);
+}
+
+// ---------------------------------------------------------------- forward (and bwd_data)
+// flip: bwd_data through the forward (g describes the forward over dy: in = dy's sizes,
+// out = dx's, pad the flipped filter's); the weights are w[g][k][tap][c] read as
+// w'[g][c][taps - 1 - tap][k].
+template <class T, int CPG, int PH, int Threads>
+__global__ void __launch_bounds__(Threads, CPG >= 8 ? 3 : 4)
+    conv_fwd_tiled(DeviceGeometry g, TiledPlan pl, const T* __restrict__ x, const T* __restrict__ w,
+                   T* __restrict__ y, bool flip) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr int VC = kUnit;
+    uint4* tile = reinterpret_cast<uint4*>(smem_raw);
+    float* wsm = reinterpret_cast<float*>(tile + pl.rows_in * pl.cols_in * pl.pitch);  // [u][tap][j][c]
+    const int tid = threadIdx.x;
+    int bx = blockIdx.x;
+    const int tw = bx % pl.tiles_w; bx /= pl.tiles_w;
+    const int th = bx % pl.tiles_h; bx /= pl.tiles_h;
+    const int od = bx % g.out[0];
+    const int n = bx / g.out[0];
+    const int ub = blockIdx.y * pl.cu;
+    const int oh0 = th * pl.bh, ow0 = tw * pl.bw;
+    const int64_t chans = (int64_t)g.G * CPG;
+    const int taps = g.taps;
+    for (int e = tid; e < pl.cu * VC * taps * CPG; e += Threads) {
+        const int c = e % CPG;
+        int r = e / CPG;
+        const int j = r % VC; r /= VC;
+        const int tap = r % taps;
+        const int u = r / taps;
+        const int oc = (ub + u) * VC + j, grp = oc / CPG, k = oc % CPG;
+        const int64_t src = flip ? (((int64_t)grp * CPG + c) * taps + (taps - 1 - tap)) * CPG + k
+                                 : (((int64_t)grp * CPG + k) * taps + tap) * CPG + c;
+        wsm[e] = to_float(w[src]);
+    }
+    const int u = tid / pl.sp, q = tid % pl.sp;
+    const int s = q / pl.bw, col = q % pl.bw;
+    const bool active = s * PH < pl.bh;
+    float acc[PH][VC];
+#pragma unroll
+    for (int p = 0; p < PH; ++p)
+#pragma unroll
+        for (int v = 0; v < VC; ++v) acc[p][v] = 0.f;
+    const int ih0 = oh0 * g.stride[1] - g.pad[1], iw0 = ow0 * g.stride[2] - g.pad[2];
+    for (int z = 0; z < g.fil[0]; ++z) {
+        const int id = od * g.stride[0] - g.pad[0] + z * g.dil[0];
+        if (id < 0 || id >= g.in[0]) continue;  // the same for the whole block
+        __syncthreads();  // the previous plane's readers are done; the weights are in
+        const T* plane = x + ((int64_t)n * g.in[0] + id) * g.in[1] * g.in[2] * chans + (int64_t)ub * VC;
+        tile_load<T, Threads>(tile, plane, pl.rows_in, pl.cols_in, ih0, iw0, g.in[1], g.in[2], g.in[2], chans, pl.cu,
+                              pl.pitch);
+        __syncthreads();
+        if (!active) continue;
+        for (int fy = 0; fy < g.fil[1]; ++fy)
+            for (int fx = 0; fx < g.fil[2]; ++fx) {
+                const int tap = (z * g.fil[1] + fy) * g.fil[2] + fx;
+                float wv[VC][CPG];
+                const float4* wp = reinterpret_cast<const float4*>(wsm + (u * taps + tap) * VC * CPG);
+#pragma unroll
+                for (int i = 0; i < VC * CPG / 4; ++i) {
+                    const float4 f = wp[i];
+                    float* d = &wv[0][0] + 4 * i;
+                    d[0] = f.x; d[1] = f.y; d[2] = f.z; d[3] = f.w;
+                }
+                const int cc = col * g.stride[2] + fx * g.dil[2];
+                const uint4* src = tile + ((s * PH * g.stride[1] + fy * g.dil[1]) * pl.cols_in + cc) * pl.pitch + u;
+                const int row_step = g.stride[1] * pl.cols_in * pl.pitch;
+#pragma unroll
+                for (int p = 0; p < PH; ++p) {
+                    float xv[VC];
+                    unpack8<T>(src[p * row_step], xv);
+#pragma unroll
+                    for (int j = 0; j < VC; ++j) {
+                        float sum = acc[p][j];
+#pragma unroll
+                        for (int c = 0; c < CPG; ++c) sum = fmaf(xv[(j / CPG) * CPG + c], wv[j][c], sum);
+                        acc[p][j] = sum;
+                    }
+                }
+            }
+    }
+    if (!active || ow0 + col >= g.out[2]) return;
+    T* out = y + ((((int64_t)n * g.out[0] + od) * g.out[1] + oh0 + s * PH) * g.out[2] + ow0 + col) * chans +
+             (int64_t)(ub + u) * VC;
+#pragma unroll
+    for (int p = 0; p < PH; ++p)
+        if (oh0 + s * PH + p < g.out[1] && s * PH + p < pl.bh) store_vec<VC>(out + (int64_t)p * g.out[2] * chans, acc[p]);
+}
+
+// The forward plan: CU as large as the channel units allow with a warp per unit at least,
+// output columns split evenly into tiles of at most threads / CU, PH-row strips below.
+inline bool fwd_tiled_plan(const DeviceGeometry& g, int cpg, int ph, int threads, TiledPlan* pl) {
+    const int units = g.G * cpg / kUnit;
+    if ((g.G * cpg) % kUnit) return false;
+    int cu = 1;
+    for (int c : {8, 4, 2})
+        if (units % c == 0 && threads / c >= 32) { cu = c; break; }
+    TiledPlan p{};
+    p.cu = cu;
+    p.sp = threads / cu;
+    p.tiles_w = (g.out[2] + p.sp - 1) / p.sp;
+    p.bw = (g.out[2] + p.tiles_w - 1) / p.tiles_w;
+    const int strips = std::max(1, std::min(p.sp / p.bw, (g.out[1] + ph - 1) / ph));
+    p.bh = strips * ph;
+    p.tiles_h = (g.out[1] + p.bh - 1) / p.bh;
+    p.rows_in = (p.bh - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
+    p.cols_in = (p.bw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
+    p.pitch = odd_pitch(cu);
+    p.smem = (size_t)p.rows_in * p.cols_in * p.pitch * 16 + (size_t)cu * kUnit * g.taps * cpg * sizeof(float);
+    p.blocks_x = 0;
+    const int64_t bx = (int64_t)p.tiles_w * p.tiles_h * g.out[0] * g.N;
+    if (bx > INT32_MAX || units / cu > 65535 || p.smem > 160 * 1024) return false;
+    p.blocks_x = (int)bx;
+    *pl = p;
+    return true;
+}
+
+// ---------------------------------------------------------------- backward weight
+constexpr int kDwMaxX = 7;   // depthwise: filter width the per-thread window holds
+constexpr int kDwChunk = 4;  // depthwise: output pixels along W per window step
+
+// Accumulators per thread: depthwise X taps x 8 channels; else 8 / CPG groups x CPG x CPG.
+template <int CPG>
+constexpr int bwdw_acc() { return CPG == 1 ? kDwMaxX * kUnit : kUnit * CPG; }
+inline int bwdw_acc_host(int cpg) { return cpg == 1 ? kDwMaxX * kUnit : kUnit * cpg; }
+
+template <class T, int CPG, int Threads>
+__global__ void __launch_bounds__(Threads)
+    conv_bwd_weight_tiled(DeviceGeometry g, TiledPlan pl, const T* __restrict__ x, const T* __restrict__ dy,
+                          float* __restrict__ partial) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr int VC = kUnit, ACC = bwdw_acc<CPG>();
+    uint4* dyt = reinterpret_cast<uint4*>(smem_raw);
+    const int bw4 = (pl.bw + kDwChunk - 1) / kDwChunk * kDwChunk;
+    const int dy_cols = CPG == 1 ? bw4 : pl.bw;
+    uint4* xt = dyt + pl.bh * dy_cols * pl.pitch;  // fil[0] planes of rows_in x cols_in
+    const int plane_slots = pl.rows_in * pl.cols_in * pl.pitch;
+    const int tid = threadIdx.x;
+    int bx = blockIdx.x;
+    const int tw = bx % pl.tiles_w; bx /= pl.tiles_w;
+    const int band0 = (bx % ((pl.tiles_h + pl.bands - 1) / pl.bands)) * pl.bands;
+    bx /= (pl.tiles_h + pl.bands - 1) / pl.bands;
+    const int od = bx % g.out[0];
+    const int n = bx / g.out[0];
+    const int ub = blockIdx.y * pl.cu;
+    const int ow0 = tw * pl.bw;
+    const int64_t chans = (int64_t)g.G * CPG;
+    const int slot = tid % (pl.cu * pl.jobs), part = tid / (pl.cu * pl.jobs);
+    const int u = slot % pl.cu, job = slot / pl.cu;
+    const bool active = part < pl.split;
+    // job -> filter plane z and row fy (depthwise), or the tap (z, fy, fx)
+    const int fx = CPG == 1 ? 0 : job % g.fil[2];
+    const int zy = CPG == 1 ? job : job / g.fil[2];
+    const int fy = zy % g.fil[1], fz = zy / g.fil[1];
+    const bool window = g.stride[2] == 1 && g.dil[2] == 1;
+    float acc[ACC];
+#pragma unroll
+    for (int a = 0; a < ACC; ++a) acc[a] = 0.f;
+    for (int band = band0; band < band0 + pl.bands && band < pl.tiles_h; ++band) {
+        const int oh0 = band * pl.bh;
+        __syncthreads();
+        const T* dplane = dy + ((int64_t)n * g.out[0] + od) * g.out[1] * g.out[2] * chans + (int64_t)ub * VC;
+        tile_load<T, Threads>(dyt, dplane, pl.bh, dy_cols, oh0, ow0, std::min(g.out[1], oh0 + pl.bh),
+                              std::min(g.out[2], ow0 + pl.bw), g.out[2], chans, pl.cu, pl.pitch);
+        for (int z = 0; z < g.fil[0]; ++z) {
+            const int id = od * g.stride[0] - g.pad[0] + z * g.dil[0];
+            const T* xplane = x + ((int64_t)n * g.in[0] + id) * g.in[1] * g.in[2] * chans + (int64_t)ub * VC;
+            tile_load<T, Threads>(xt + z * plane_slots, xplane, pl.rows_in, pl.cols_in,
+                                  (id < 0 || id >= g.in[0]) ? -(1 << 30) : oh0 * g.stride[1] - g.pad[1],
+                                  ow0 * g.stride[2] - g.pad[2], g.in[1], g.in[2], g.in[2], chans, pl.cu, pl.pitch);
+        }
+        __syncthreads();
+        if (!active) continue;
+        const uint4* xz = xt + fz * plane_slots + u;
+        if constexpr (CPG == 1) {
+            const int chunks = bw4 / kDwChunk;
+            for (int i = part; i < pl.bh * chunks; i += pl.split) {
+                const int r = i / chunks, c0 = (i % chunks) * kDwChunk;
+                float gv[kDwChunk][VC];
+#pragma unroll
+                for (int p = 0; p < kDwChunk; ++p) unpack8<T>(dyt[(r * dy_cols + c0 + p) * pl.pitch + u], gv[p]);
+                const uint4* xrow = xz + ((r * g.stride[1] + fy * g.dil[1]) * pl.cols_in) * pl.pitch;
+                if (window) {
+#pragma unroll
+                    for (int j = 0; j < kDwChunk + kDwMaxX - 1; ++j) {
+                        if (j >= kDwChunk + g.fil[2] - 1) break;
+                        float xv[VC];
+                        unpack8<T>(xrow[(c0 + j) * pl.pitch], xv);
+#pragma unroll
+                        for (int p = 0; p < kDwChunk; ++p) {
+                            const int t = j - p;
+                            if (t < 0 || t >= kDwMaxX || t >= g.fil[2]) continue;
+#pragma unroll
+                            for (int v = 0; v < VC; ++v) acc[t * VC + v] = fmaf(gv[p][v], xv[v], acc[t * VC + v]);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int t = 0; t < kDwMaxX; ++t) {
+                        if (t >= g.fil[2]) break;
+#pragma unroll
+                        for (int p = 0; p < kDwChunk; ++p) {
+                            float xv[VC];
+                            unpack8<T>(xrow[((c0 + p) * g.stride[2] + t * g.dil[2]) * pl.pitch], xv);
+#pragma unroll
+                            for (int v = 0; v < VC; ++v) acc[t * VC + v] = fmaf(gv[p][v], xv[v], acc[t * VC + v]);
+                        }
+                    }
+                }
+            }
+        } else {
+            for (int i = part; i < pl.bh * pl.bw; i += pl.split) {
+                const int r = i / pl.bw, c = i % pl.bw;
+                float gv[VC], xv[VC];
+                unpack8<T>(dyt[(r * dy_cols + c) * pl.pitch + u], gv);
+                unpack8<T>(xz[((r * g.stride[1] + fy * g.dil[1]) * pl.cols_in + c * g.stride[2] + fx * g.dil[2]) * pl.pitch],
+                           xv);
+#pragma unroll
+                for (int jg = 0; jg < VC / CPG; ++jg)
+#pragma unroll
+                    for (int k = 0; k < CPG; ++k)
+#pragma unroll
+                        for (int c2 = 0; c2 < CPG; ++c2)
+                            acc[(jg * CPG + k) * CPG + c2] = fmaf(gv[jg * CPG + k], xv[jg * CPG + c2], acc[(jg * CPG + k) * CPG + c2]);
+            }
+        }
+    }
+    // add the split threads of each job in order, through shared memory: red[a][tid]
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(smem_raw);
+    if (active && part > 0) {
+#pragma unroll
+        for (int a = 0; a < ACC; ++a) red[a * Threads + tid] = acc[a];
+    }
+    __syncthreads();
+    if (!active || part > 0) return;
+    for (int q = 1; q < pl.split; ++q)
+#pragma unroll
+        for (int a = 0; a < ACC; ++a) acc[a] += red[a * Threads + q * pl.cu * pl.jobs + slot];
+    float* row = partial + (int64_t)blockIdx.x * g.G * CPG * g.taps * CPG;
+    if constexpr (CPG == 1) {
+#pragma unroll
+        for (int t = 0; t < kDwMaxX; ++t) {
+            if (t >= g.fil[2]) break;
+            const int tap = zy * g.fil[2] + t;
+#pragma unroll
+            for (int v = 0; v < VC; ++v) row[(int64_t)((ub + u) * VC + v) * g.taps + tap] = acc[t * VC + v];
+        }
+    } else {
+        const int tap = zy * g.fil[2] + fx;
+#pragma unroll
+        for (int jg = 0; jg < VC / CPG; ++jg)
+#pragma unroll
+            for (int k = 0; k < CPG; ++k)
+#pragma unroll
+                for (int c2 = 0; c2 < CPG; ++c2) {
+                    const int grp = (ub + u) * (VC / CPG) + jg;
+                    row[(((int64_t)grp * CPG + k) * g.taps + tap) * CPG + c2] = acc[(jg * CPG + k) * CPG + c2];
+                }
+    }
+}
+
+// The bwd_weight plan: jobs per unit (filter rows, or taps), CU as large as leaves at least
+// two threads per job, output tiles of at most 64 columns and up to 8 rows within about
+// 48 KB of shared memory, and enough bands per block that the fp32 partial rows stay below
+// a quarter of the bytes read while about 8 blocks per SM remain.
+inline bool bwd_weight_tiled_plan(const DeviceGeometry& g, int cpg, int threads, int sms, TiledPlan* pl) {
+    if ((g.G * cpg) % kUnit) return false;
+    if (cpg == 1 && g.fil[2] > kDwMaxX) return false;
+    const int units = g.G * cpg / kUnit;
+    const int jobs = cpg == 1 ? g.fil[0] * g.fil[1] : g.taps;
+    if (jobs * 2 > threads) return false;
+    TiledPlan p{};
+    p.jobs = jobs;
+    p.cu = 1;
+    for (int c : {8, 4, 2})
+        if (units % c == 0 && c * jobs * 2 <= threads) { p.cu = c; break; }
+    p.split = threads / (p.cu * jobs);
+    p.pitch = odd_pitch(p.cu);
+    p.tiles_w = (g.out[2] + 63) / 64;
+    p.bw = (g.out[2] + p.tiles_w - 1) / p.tiles_w;
+    const int bw4 = (p.bw + kDwChunk - 1) / kDwChunk * kDwChunk;
+    const int dy_cols = cpg == 1 ? bw4 : p.bw;
+    const int xw = cpg == 1 ? bw4 : p.bw;
+    auto smem = [&](int bh) {
+        const size_t rows_in = (size_t)(bh - 1) * g.stride[1] + (size_t)(g.fil[1] - 1) * g.dil[1] + 1;
+        const size_t cols_in = (size_t)(xw - 1) * g.stride[2] + (size_t)(g.fil[2] - 1) * g.dil[2] + 1;
+        const size_t tiles = ((size_t)bh * dy_cols + g.fil[0] * rows_in * cols_in) * p.pitch * 16;
+        return std::max(tiles, (size_t)bwdw_acc_host(cpg) * threads * sizeof(float));
+    };
+    int bh = std::min(8, g.out[1]);
+    while (bh > 1 && smem(bh) > 48 * 1024) --bh;
+    p.bh = bh;
+    p.rows_in = (bh - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
+    p.cols_in = (xw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
+    p.smem = smem(bh);
+    p.tiles_h = (g.out[1] + bh - 1) / bh;
+    if (p.smem > 160 * 1024) return false;
+    const int64_t cblocks = units / p.cu;
+    const int64_t elems = (int64_t)g.G * cpg * g.taps * cpg;
+    const int64_t read = 2 * ((int64_t)g.N * g.in[0] * g.in[1] * g.in[2] + (int64_t)g.N * g.out[0] * g.out[1] * g.out[2]) *
+                         g.G * cpg;
+    auto rows = [&](int64_t b) { return (int64_t)g.N * g.out[0] * p.tiles_w * ((p.tiles_h + b - 1) / b); };
+    int64_t bands = 1;
+    while (bands < p.tiles_h && rows(bands) * elems * 4 > read / 4 && rows(2 * bands) * cblocks >= 4LL * sms)
+        bands *= 2;
+    p.bands = (int)std::min<int64_t>(bands, p.tiles_h);
+    const int64_t bx = (int64_t)g.N * g.out[0] * ((p.tiles_h + p.bands - 1) / p.bands) * p.tiles_w;
+    if (bx > INT32_MAX || cblocks > 65535) return false;
+    p.blocks_x = (int)bx;
+    *pl = p;
+    return true;
+}
+
+}  // namespace td::cuda
