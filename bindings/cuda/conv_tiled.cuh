@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(Threads)
 
 // The bwd_weight plan: jobs per unit (filter rows, or taps), CU as large as leaves at least
 // two threads per job, output tiles of at most 64 columns and up to 8 rows within about
-// 48 KB of shared memory, and enough bands per block that the fp32 partial rows stay below
+// 64 KB of shared memory, and enough bands per block that the fp32 partial rows stay below
 // a quarter of the bytes read while about 8 blocks per SM remain.
 inline bool bwd_weight_tiled_plan(const DeviceGeometry& g, int cpg, int threads, int sms, TiledPlan* pl) {
     if ((g.G * cpg) % kUnit) return false;
@@ -363,7 +363,7 @@ inline bool bwd_weight_tiled_plan(const DeviceGeometry& g, int cpg, int threads,
         return std::max(tiles, (size_t)bwdw_acc_host(cpg) * threads * sizeof(float));
     };
     int bh = std::min(8, g.out[1]);
-    while (bh > 1 && smem(bh) > 48 * 1024) --bh;
+    while (bh > 1 && smem(bh) > 64 * 1024) --bh;
     p.bh = bh;
     p.rows_in = (bh - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
     p.cols_in = (xw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
