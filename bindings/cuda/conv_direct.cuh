@@ -895,7 +895,7 @@ struct Sm90DirectConv {
     static int run_tiled(const TiledPlan& pl, const DeviceGeometry& tg, const void* in, const void* wei, void* out,
                          float* scratch, int64_t elems, cudaStream_t stream) {
         if constexpr (kTiled) {
-            const dim3 grid((unsigned)pl.blocks_x, (unsigned)(tg.G * CPG / kUnit / pl.cu));
+            const unsigned grid = (unsigned)((int64_t)pl.blocks_x * (tg.G * CPG / kUnit / pl.cu));
             if constexpr (Direction == TD_CONV_BWD_WEIGHT) {
                 auto kernel = conv_bwd_weight_tiled<T, CPG, Threads>;
                 if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);

@@ -87,25 +87,26 @@ __global__ void __launch_bounds__(Threads, CPG >= 8 ? 3 : 4)
     uint4* tile = reinterpret_cast<uint4*>(smem_raw);
     float* wsm = reinterpret_cast<float*>(tile + pl.rows_in * pl.cols_in * pl.pitch);  // [u][tap][j][c]
     const int tid = threadIdx.x;
+    // channel blocks fastest: the blocks running together read whole pixels (all channels)
+    const int cblocks = g.G * CPG / VC / pl.cu;
     int bx = blockIdx.x;
+    const int ub = (bx % cblocks) * pl.cu; bx /= cblocks;
     const int tw = bx % pl.tiles_w; bx /= pl.tiles_w;
     const int th = bx % pl.tiles_h; bx /= pl.tiles_h;
     const int od = bx % g.out[0];
     const int n = bx / g.out[0];
-    const int ub = blockIdx.y * pl.cu;
     const int oh0 = th * pl.bh, ow0 = tw * pl.bw;
     const int64_t chans = (int64_t)g.G * CPG;
     const int taps = g.taps;
+    // the weights of the block's groups, contiguous in w[g][a][tap][b], read in order
+    const T* wg = w + (int64_t)ub * VC * taps * CPG;
     for (int e = tid; e < pl.cu * VC * taps * CPG; e += Threads) {
-        const int c = e % CPG;
+        const int b = e % CPG;
         int r = e / CPG;
-        const int j = r % VC; r /= VC;
-        const int tap = r % taps;
-        const int u = r / taps;
-        const int oc = (ub + u) * VC + j, grp = oc / CPG, k = oc % CPG;
-        const int64_t src = flip ? (((int64_t)grp * CPG + c) * taps + (taps - 1 - tap)) * CPG + k
-                                 : (((int64_t)grp * CPG + k) * taps + tap) * CPG + c;
-        wsm[e] = to_float(w[src]);
+        const int t = r % taps; r /= taps;
+        const int a = r % CPG, gl = r / CPG;
+        const int ocl = gl * CPG + (flip ? b : a), c = flip ? a : b, tap = flip ? taps - 1 - t : t;
+        wsm[(((ocl / VC) * taps + tap) * VC + ocl % VC) * CPG + c] = to_float(wg[e]);
     }
     const int u = tid / pl.sp, q = tid % pl.sp;
     const int s = q / pl.bw, col = q % pl.bw;
@@ -183,7 +184,7 @@ inline bool fwd_tiled_plan(const DeviceGeometry& g, int cpg, int ph, int threads
     p.smem = (size_t)p.rows_in * p.cols_in * p.pitch * 16 + (size_t)cu * kUnit * g.taps * cpg * sizeof(float);
     p.blocks_x = 0;
     const int64_t bx = (int64_t)p.tiles_w * p.tiles_h * g.out[0] * g.N;
-    if (bx > INT32_MAX || units / cu > 65535 || p.smem > 160 * 1024) return false;
+    if (bx * (units / cu) > INT32_MAX || p.smem > 160 * 1024) return false;
     p.blocks_x = (int)bx;
     *pl = p;
     return true;
@@ -210,13 +211,15 @@ __global__ void __launch_bounds__(Threads)
     uint4* xt = dyt + pl.bh * dy_cols * pl.pitch;  // fil[0] planes of rows_in x cols_in
     const int plane_slots = pl.rows_in * pl.cols_in * pl.pitch;
     const int tid = threadIdx.x;
+    const int cblocks = g.G * CPG / VC / pl.cu;
     int bx = blockIdx.x;
+    const int ub = (bx % cblocks) * pl.cu; bx /= cblocks;
+    const int tile = bx;  // this block's partial row
     const int tw = bx % pl.tiles_w; bx /= pl.tiles_w;
     const int band0 = (bx % ((pl.tiles_h + pl.bands - 1) / pl.bands)) * pl.bands;
     bx /= (pl.tiles_h + pl.bands - 1) / pl.bands;
     const int od = bx % g.out[0];
     const int n = bx / g.out[0];
-    const int ub = blockIdx.y * pl.cu;
     const int ow0 = tw * pl.bw;
     const int64_t chans = (int64_t)g.G * CPG;
     const int slot = tid % (pl.cu * pl.jobs), part = tid / (pl.cu * pl.jobs);
@@ -299,38 +302,31 @@ __global__ void __launch_bounds__(Threads)
             }
         }
     }
-    // add the split threads of each job in order, through shared memory: red[a][tid]
+    // add the split threads of each job in a fixed order, through shared memory red[a][tid],
+    // every thread adding some (job, accumulator) pairs
     __syncthreads();
     float* red = reinterpret_cast<float*>(smem_raw);
-    if (active && part > 0) {
+    if (active) {
 #pragma unroll
         for (int a = 0; a < ACC; ++a) red[a * Threads + tid] = acc[a];
     }
     __syncthreads();
-    if (!active || part > 0) return;
-    for (int q = 1; q < pl.split; ++q)
-#pragma unroll
-        for (int a = 0; a < ACC; ++a) acc[a] += red[a * Threads + q * pl.cu * pl.jobs + slot];
-    float* row = partial + (int64_t)blockIdx.x * g.G * CPG * g.taps * CPG;
-    if constexpr (CPG == 1) {
-#pragma unroll
-        for (int t = 0; t < kDwMaxX; ++t) {
-            if (t >= g.fil[2]) break;
-            const int tap = zy * g.fil[2] + t;
-#pragma unroll
-            for (int v = 0; v < VC; ++v) row[(int64_t)((ub + u) * VC + v) * g.taps + tap] = acc[t * VC + v];
+    const int slots = pl.cu * pl.jobs;
+    const int used = CPG == 1 ? g.fil[2] * VC : ACC;
+    float* row = partial + (int64_t)tile * g.G * CPG * g.taps * CPG;
+    for (int i = tid; i < slots * used; i += Threads) {
+        const int sl = i % slots, a = i / slots;
+        float sum = 0.f;
+        for (int q = 0; q < pl.split; ++q) sum += red[a * Threads + q * slots + sl];
+        const int uu = sl % pl.cu, jb = sl / pl.cu;
+        if constexpr (CPG == 1) {
+            const int t = a / VC, v = a % VC;  // job = filter row, a = (tap along W, channel)
+            row[(int64_t)((ub + uu) * VC + v) * g.taps + jb * g.fil[2] + t] = sum;
+        } else {
+            const int c2 = a % CPG, k = (a / CPG) % CPG, jg = a / (CPG * CPG);  // job = tap
+            const int grp = (ub + uu) * (VC / CPG) + jg;
+            row[(((int64_t)grp * CPG + k) * g.taps + jb) * CPG + c2] = sum;
         }
-    } else {
-        const int tap = zy * g.fil[2] + fx;
-#pragma unroll
-        for (int jg = 0; jg < VC / CPG; ++jg)
-#pragma unroll
-            for (int k = 0; k < CPG; ++k)
-#pragma unroll
-                for (int c2 = 0; c2 < CPG; ++c2) {
-                    const int grp = (ub + u) * (VC / CPG) + jg;
-                    row[(((int64_t)grp * CPG + k) * g.taps + tap) * CPG + c2] = acc[(jg * CPG + k) * CPG + c2];
-                }
     }
 }
 
@@ -380,7 +376,7 @@ inline bool bwd_weight_tiled_plan(const DeviceGeometry& g, int cpg, int threads,
         bands *= 2;
     p.bands = (int)std::min<int64_t>(bands, p.tiles_h);
     const int64_t bx = (int64_t)g.N * g.out[0] * ((p.tiles_h + p.bands - 1) / p.bands) * p.tiles_w;
-    if (bx > INT32_MAX || cblocks > 65535) return false;
+    if (bx * cblocks > INT32_MAX) return false;
     p.blocks_x = (int)bx;
     *pl = p;
     return true;
