@@ -67,11 +67,26 @@ __device__ __forceinline__ void tile_load(uint4* __restrict__ dst, const T* __re
     }
 }
 
+// Eight 2-byte elements of one 16-byte vector as floats. Takes the vector by value and works
+// on its 32-bit words: given a reference into shared memory, the compiler would read the
+// elements with eight 2-byte loads instead of one 16-byte load.
+__device__ __forceinline__ float2 unpack2(uint32_t v, const __nv_bfloat16*) {
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+__device__ __forceinline__ float2 unpack2(uint32_t v, const __half*) {
+    return __half22float2(__halves2half2(__ushort_as_half((unsigned short)(v & 0xffffu)),
+                                         __ushort_as_half((unsigned short)(v >> 16))));
+}
+
 template <class T>
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[kUnit]) {
-    const T* e = reinterpret_cast<const T*>(&raw);
+__device__ __forceinline__ void unpack8(const uint4 raw, float (&v)[kUnit]) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int j = 0; j < kUnit; ++j) v[j] = to_float(e[j]);
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = unpack2(words[i], static_cast<const T*>(nullptr));
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+    }
 }
 
 // ---------------------------------------------------------------- forward (and bwd_data)
