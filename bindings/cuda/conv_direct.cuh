@@ -805,7 +805,7 @@ struct Sm90DirectConv {
                 }
             }
             *tg = d;
-            return fwd_tiled_plan(d, CPG, PW, Threads, pl);
+            return fwd_tiled_plan(d, CPG, PW, Threads, kSmCount, pl);
         }
     }
 

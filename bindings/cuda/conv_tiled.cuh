@@ -30,40 +30,38 @@ struct TiledPlan {
     int rows_in, cols_in; // input tile (one depth plane)
     int pitch;            // 16-byte slots per pixel in shared memory
     int jobs, split;      // bwd_weight: jobs per unit, threads sharing a job
-    int bands;            // bwd_weight: row tiles one block walks
+    int bands;            // row tiles one block walks (prefetching the next while computing one)
     int blocks_x;         // grid x
     size_t smem;          // dynamic shared memory, bytes
 };
 
 inline int odd_pitch(int cu) { return cu % 2 ? cu : cu + 1; }
 
-// Copies rows x cols pixels (CU vectors each) starting at (r0, c0) of a plane into shared
-// memory; pixels outside [0, rmax) x [0, cmax) become zeros. Four loads in flight per thread.
+// Asynchronous 16-byte copies global -> shared (cp.async): no registers held while in flight;
+// src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// Starts copying rows x cols pixels (CU vectors each) from (r0, c0) of a plane into shared
+// memory; pixels outside [0, rmax) x [0, cmax) become zeros. A thread keeps one channel unit
+// and walks the pixels, so a warp reads CU consecutive vectors of consecutive pixels.
 template <class T, int Threads>
-__device__ __forceinline__ void tile_load(uint4* __restrict__ dst, const T* __restrict__ plane, int rows, int cols,
-                                          int r0, int c0, int rmax, int cmax, int width, int64_t chans, int cu,
-                                          int pitch) {
-    const int slots = rows * cols * cu;
-    for (int i0 = threadIdx.x; i0 < slots; i0 += Threads * 4) {
-        uint4 v[4];
-        int at[4];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const int i = i0 + t * Threads;
-            v[t] = make_uint4(0, 0, 0, 0);
-            at[t] = -1;
-            if (i < slots) {
-                const int u = i % cu, pix = i / cu;
-                const int c = pix % cols, r = pix / cols;
-                const int ir = r0 + r, ic = c0 + c;
-                at[t] = pix * pitch + u;
-                if (ir >= 0 && ir < rmax && ic >= 0 && ic < cmax)
-                    v[t] = __ldg(reinterpret_cast<const uint4*>(plane + ((int64_t)ir * width + ic) * chans) + u);
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < 4; ++t)
-            if (at[t] >= 0) dst[at[t]] = v[t];
+__device__ __forceinline__ void tile_load(uint4* __restrict__ dst, const T* plane, const T* safe, int rows,
+                                          int cols, int r0, int c0, int rmax, int cmax, int width, int64_t chans,
+                                          int cu, int pitch) {
+    const int u = threadIdx.x % cu, step = Threads / cu;
+    int pix = threadIdx.x / cu;
+    int r = pix / cols, c = pix % cols;
+    for (const int total = rows * cols; pix < total; pix += step) {
+        const int ir = r0 + r, ic = c0 + c;
+        const bool ok = ir >= 0 && ir < rmax && ic >= 0 && ic < cmax;
+        cp_async16(dst + pix * pitch + u, ok ? plane + ((int64_t)ir * width + ic) * chans + u * kUnit : safe, ok);
+        for (c += step; c >= cols; c -= cols) ++r;
     }
 }
 
@@ -99,20 +97,35 @@ __global__ void __launch_bounds__(Threads, CPG >= 8 ? 3 : 4)
                    T* __restrict__ y, bool flip) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int VC = kUnit;
-    uint4* tile = reinterpret_cast<uint4*>(smem_raw);
-    float* wsm = reinterpret_cast<float*>(tile + pl.rows_in * pl.cols_in * pl.pitch);  // [u][tap][j][c]
+    const int plane_slots = pl.rows_in * pl.cols_in * pl.pitch;
+    uint4* tiles = reinterpret_cast<uint4*>(smem_raw);                // two buffers
+    float* wsm = reinterpret_cast<float*>(tiles + 2 * plane_slots);   // [u][tap][j][c]
     const int tid = threadIdx.x;
     // channel blocks fastest: the blocks running together read whole pixels (all channels)
     const int cblocks = g.G * CPG / VC / pl.cu;
+    const int groups_h = (pl.tiles_h + pl.bands - 1) / pl.bands;
     int bx = blockIdx.x;
     const int ub = (bx % cblocks) * pl.cu; bx /= cblocks;
     const int tw = bx % pl.tiles_w; bx /= pl.tiles_w;
-    const int th = bx % pl.tiles_h; bx /= pl.tiles_h;
+    const int th0 = (bx % groups_h) * pl.bands; bx /= groups_h;
     const int od = bx % g.out[0];
     const int n = bx / g.out[0];
-    const int oh0 = th * pl.bh, ow0 = tw * pl.bw;
+    const int ow0 = tw * pl.bw;
     const int64_t chans = (int64_t)g.G * CPG;
     const int taps = g.taps;
+    // steps: (row tile, filter plane z); the copy of step i + 1 runs while step i computes
+    const int steps = (min(pl.tiles_h, th0 + pl.bands) - th0) * g.fil[0];
+    auto issue = [&](int step) {
+        const int z = step % g.fil[0], oh0 = (th0 + step / g.fil[0]) * pl.bh;
+        const int id = od * g.stride[0] - g.pad[0] + z * g.dil[0];
+        const bool plane_ok = id >= 0 && id < g.in[0];
+        const T* plane = x + ((int64_t)n * g.in[0] + (plane_ok ? id : 0)) * g.in[1] * g.in[2] * chans + (int64_t)ub * VC;
+        tile_load<T, Threads>(tiles + (step & 1) * plane_slots, plane, x, pl.rows_in, pl.cols_in,
+                              oh0 * g.stride[1] - g.pad[1], ow0 * g.stride[2] - g.pad[2], plane_ok ? g.in[1] : 0,
+                              g.in[2], g.in[2], chans, pl.cu, pl.pitch);
+        cp_async_commit();
+    };
+    issue(0);
     // the weights of the block's groups, contiguous in w[g][a][tap][b], read in order
     const T* wg = w + (int64_t)ub * VC * taps * CPG;
     for (int e = tid; e < pl.cu * VC * taps * CPG; e += Threads) {
@@ -131,55 +144,67 @@ __global__ void __launch_bounds__(Threads, CPG >= 8 ? 3 : 4)
     for (int p = 0; p < PH; ++p)
 #pragma unroll
         for (int v = 0; v < VC; ++v) acc[p][v] = 0.f;
-    const int ih0 = oh0 * g.stride[1] - g.pad[1], iw0 = ow0 * g.stride[2] - g.pad[2];
-    for (int z = 0; z < g.fil[0]; ++z) {
-        const int id = od * g.stride[0] - g.pad[0] + z * g.dil[0];
-        if (id < 0 || id >= g.in[0]) continue;  // the same for the whole block
-        __syncthreads();  // the previous plane's readers are done; the weights are in
-        const T* plane = x + ((int64_t)n * g.in[0] + id) * g.in[1] * g.in[2] * chans + (int64_t)ub * VC;
-        tile_load<T, Threads>(tile, plane, pl.rows_in, pl.cols_in, ih0, iw0, g.in[1], g.in[2], g.in[2], chans, pl.cu,
-                              pl.pitch);
-        __syncthreads();
-        if (!active) continue;
-        for (int fy = 0; fy < g.fil[1]; ++fy)
-            for (int fx = 0; fx < g.fil[2]; ++fx) {
-                const int tap = (z * g.fil[1] + fy) * g.fil[2] + fx;
-                float wv[VC][CPG];
-                const float4* wp = reinterpret_cast<const float4*>(wsm + (u * taps + tap) * VC * CPG);
+    for (int step = 0; step < steps; ++step) {
+        if (step + 1 < steps) {
+            issue(step + 1);
+            cp_async_wait_prior();
+        } else {
+            cp_async_wait_all();
+        }
+        __syncthreads();  // this step's tile (and the weights) are in
+        const int z = step % g.fil[0];
+        const uint4* tile = tiles + (step & 1) * plane_slots;
+        if (active) {
+            for (int fy = 0; fy < g.fil[1]; ++fy)
+                for (int fx = 0; fx < g.fil[2]; ++fx) {
+                    const int tap = (z * g.fil[1] + fy) * g.fil[2] + fx;
+                    float wv[VC][CPG];
+                    const float4* wp = reinterpret_cast<const float4*>(wsm + (u * taps + tap) * VC * CPG);
 #pragma unroll
-                for (int i = 0; i < VC * CPG / 4; ++i) {
-                    const float4 f = wp[i];
-                    float* d = &wv[0][0] + 4 * i;
-                    d[0] = f.x; d[1] = f.y; d[2] = f.z; d[3] = f.w;
-                }
-                const int cc = col * g.stride[2] + fx * g.dil[2];
-                const uint4* src = tile + ((s * PH * g.stride[1] + fy * g.dil[1]) * pl.cols_in + cc) * pl.pitch + u;
-                const int row_step = g.stride[1] * pl.cols_in * pl.pitch;
+                    for (int i = 0; i < VC * CPG / 4; ++i) {
+                        const float4 f = wp[i];
+                        float* d = &wv[0][0] + 4 * i;
+                        d[0] = f.x; d[1] = f.y; d[2] = f.z; d[3] = f.w;
+                    }
+                    const int cc = col * g.stride[2] + fx * g.dil[2];
+                    const uint4* src = tile + ((s * PH * g.stride[1] + fy * g.dil[1]) * pl.cols_in + cc) * pl.pitch + u;
+                    const int row_step = g.stride[1] * pl.cols_in * pl.pitch;
 #pragma unroll
-                for (int p = 0; p < PH; ++p) {
-                    float xv[VC];
-                    unpack8<T>(src[p * row_step], xv);
+                    for (int p = 0; p < PH; ++p) {
+                        float xv[VC];
+                        unpack8<T>(src[p * row_step], xv);
 #pragma unroll
-                    for (int j = 0; j < VC; ++j) {
-                        float sum = acc[p][j];
+                        for (int j = 0; j < VC; ++j) {
+                            float sum = acc[p][j];
 #pragma unroll
-                        for (int c = 0; c < CPG; ++c) sum = fmaf(xv[(j / CPG) * CPG + c], wv[j][c], sum);
-                        acc[p][j] = sum;
+                            for (int c = 0; c < CPG; ++c) sum = fmaf(xv[(j / CPG) * CPG + c], wv[j][c], sum);
+                            acc[p][j] = sum;
+                        }
                     }
                 }
-            }
-    }
-    if (!active || ow0 + col >= g.out[2]) return;
-    T* out = y + ((((int64_t)n * g.out[0] + od) * g.out[1] + oh0 + s * PH) * g.out[2] + ow0 + col) * chans +
-             (int64_t)(ub + u) * VC;
+        }
+        if (z == g.fil[0] - 1) {  // the row tile is complete: store it
+            const int oh = (th0 + step / g.fil[0]) * pl.bh + s * PH;
+            if (active && ow0 + col < g.out[2]) {
+                T* out = y + ((((int64_t)n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow0 + col) * chans +
+                         (int64_t)(ub + u) * VC;
 #pragma unroll
-    for (int p = 0; p < PH; ++p)
-        if (oh0 + s * PH + p < g.out[1] && s * PH + p < pl.bh) store_vec<VC>(out + (int64_t)p * g.out[2] * chans, acc[p]);
+                for (int p = 0; p < PH; ++p)
+                    if (oh + p < g.out[1]) store_vec<VC>(out + (int64_t)p * g.out[2] * chans, acc[p]);
+            }
+#pragma unroll
+            for (int p = 0; p < PH; ++p)
+#pragma unroll
+                for (int v = 0; v < VC; ++v) acc[p][v] = 0.f;
+        }
+        __syncthreads();  // every thread is done with this buffer before it is refilled
+    }
 }
 
 // The forward plan: CU as large as the channel units allow with a warp per unit at least,
-// output columns split evenly into tiles of at most threads / CU, PH-row strips below.
-inline bool fwd_tiled_plan(const DeviceGeometry& g, int cpg, int ph, int threads, TiledPlan* pl) {
+// output columns split evenly into tiles of at most threads / CU, PH-row strips below,
+// the block walking `bands` row tiles.
+inline bool fwd_tiled_plan(const DeviceGeometry& g, int cpg, int ph, int threads, int sms, TiledPlan* pl) {
     const int units = g.G * cpg / kUnit;
     if ((g.G * cpg) % kUnit) return false;
     int cu = 1;
@@ -196,9 +221,14 @@ inline bool fwd_tiled_plan(const DeviceGeometry& g, int cpg, int ph, int threads
     p.rows_in = (p.bh - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
     p.cols_in = (p.bw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
     p.pitch = odd_pitch(cu);
-    p.smem = (size_t)p.rows_in * p.cols_in * p.pitch * 16 + (size_t)cu * kUnit * g.taps * cpg * sizeof(float);
-    p.blocks_x = 0;
-    const int64_t bx = (int64_t)p.tiles_w * p.tiles_h * g.out[0] * g.N;
+    // two tile buffers (the next step's copy overlaps this step's arithmetic) and the weights
+    p.smem = 2 * (size_t)p.rows_in * p.cols_in * p.pitch * 16 + (size_t)cu * kUnit * g.taps * cpg * sizeof(float);
+    // row tiles per block: as many as leave about 6 blocks per SM
+    const int64_t tiles = (int64_t)(units / cu) * p.tiles_w * p.tiles_h * g.out[0] * g.N;
+    const int64_t want = std::max<int64_t>(1, std::min<int64_t>(p.tiles_h, tiles / (6LL * sms)));
+    const int64_t groups = (p.tiles_h + want - 1) / want;
+    p.bands = (int)((p.tiles_h + groups - 1) / groups);
+    const int64_t bx = (int64_t)p.tiles_w * groups * g.out[0] * g.N;
     if (bx * (units / cu) > INT32_MAX || p.smem > 160 * 1024) return false;
     p.blocks_x = (int)bx;
     *pl = p;
@@ -220,11 +250,12 @@ __global__ void __launch_bounds__(Threads)
                           float* __restrict__ partial) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int VC = kUnit, ACC = bwdw_acc<CPG>();
-    uint4* dyt = reinterpret_cast<uint4*>(smem_raw);
     const int bw4 = (pl.bw + kDwChunk - 1) / kDwChunk * kDwChunk;
     const int dy_cols = CPG == 1 ? bw4 : pl.bw;
-    uint4* xt = dyt + pl.bh * dy_cols * pl.pitch;  // fil[0] planes of rows_in x cols_in
     const int plane_slots = pl.rows_in * pl.cols_in * pl.pitch;
+    // two buffers, each the dy tile then fil[0] input planes of rows_in x cols_in
+    const int buf_slots = pl.bh * dy_cols * pl.pitch + g.fil[0] * plane_slots;
+    uint4* bufs = reinterpret_cast<uint4*>(smem_raw);
     const int tid = threadIdx.x;
     const int cblocks = g.G * CPG / VC / pl.cu;
     int bx = blockIdx.x;
@@ -248,21 +279,37 @@ __global__ void __launch_bounds__(Threads)
     float acc[ACC];
 #pragma unroll
     for (int a = 0; a < ACC; ++a) acc[a] = 0.f;
-    for (int band = band0; band < band0 + pl.bands && band < pl.tiles_h; ++band) {
-        const int oh0 = band * pl.bh;
-        __syncthreads();
+    // the copy of band i + 1 runs while band i computes
+    const int steps = min(pl.tiles_h, band0 + pl.bands) - band0;
+    auto issue = [&](int step) {
+        const int oh0 = (band0 + step) * pl.bh;
+        uint4* dyt = bufs + (step & 1) * buf_slots;
         const T* dplane = dy + ((int64_t)n * g.out[0] + od) * g.out[1] * g.out[2] * chans + (int64_t)ub * VC;
-        tile_load<T, Threads>(dyt, dplane, pl.bh, dy_cols, oh0, ow0, std::min(g.out[1], oh0 + pl.bh),
-                              std::min(g.out[2], ow0 + pl.bw), g.out[2], chans, pl.cu, pl.pitch);
+        tile_load<T, Threads>(dyt, dplane, dy, pl.bh, dy_cols, oh0, ow0, min(g.out[1], oh0 + pl.bh),
+                              min(g.out[2], ow0 + pl.bw), g.out[2], chans, pl.cu, pl.pitch);
         for (int z = 0; z < g.fil[0]; ++z) {
             const int id = od * g.stride[0] - g.pad[0] + z * g.dil[0];
-            const T* xplane = x + ((int64_t)n * g.in[0] + id) * g.in[1] * g.in[2] * chans + (int64_t)ub * VC;
-            tile_load<T, Threads>(xt + z * plane_slots, xplane, pl.rows_in, pl.cols_in,
-                                  (id < 0 || id >= g.in[0]) ? -(1 << 30) : oh0 * g.stride[1] - g.pad[1],
-                                  ow0 * g.stride[2] - g.pad[2], g.in[1], g.in[2], g.in[2], chans, pl.cu, pl.pitch);
+            const bool plane_ok = id >= 0 && id < g.in[0];
+            const T* xplane = x + ((int64_t)n * g.in[0] + (plane_ok ? id : 0)) * g.in[1] * g.in[2] * chans + (int64_t)ub * VC;
+            tile_load<T, Threads>(dyt + pl.bh * dy_cols * pl.pitch + z * plane_slots, xplane, x, pl.rows_in,
+                                  pl.cols_in, oh0 * g.stride[1] - g.pad[1], ow0 * g.stride[2] - g.pad[2],
+                                  plane_ok ? g.in[1] : 0, g.in[2], g.in[2], chans, pl.cu, pl.pitch);
+        }
+        cp_async_commit();
+    };
+    issue(0);
+    for (int step = 0; step < steps; ++step) {
+        if (step + 1 < steps) {
+            if (step > 0) __syncthreads();  // every thread is done with the buffer refilled now
+            issue(step + 1);
+            cp_async_wait_prior();
+        } else {
+            cp_async_wait_all();
         }
         __syncthreads();
         if (!active) continue;
+        const uint4* dyt = bufs + (step & 1) * buf_slots;
+        const uint4* xt = dyt + pl.bh * dy_cols * pl.pitch;
         const uint4* xz = xt + fz * plane_slots + u;
         if constexpr (CPG == 1) {
             const int chunks = bw4 / kDwChunk;
@@ -347,7 +394,7 @@ __global__ void __launch_bounds__(Threads)
 
 // The bwd_weight plan: jobs per unit (filter rows, or taps), CU as large as leaves at least
 // two threads per job, output tiles of at most 64 columns and up to 8 rows within about
-// 64 KB of shared memory, and enough bands per block that the fp32 partial rows stay below
+// 80 KB of shared memory (two buffers), and enough bands per block that the fp32 partial rows stay below
 // a quarter of the bytes read while about 8 blocks per SM remain.
 inline bool bwd_weight_tiled_plan(const DeviceGeometry& g, int cpg, int threads, int sms, TiledPlan* pl) {
     if ((g.G * cpg) % kUnit) return false;
@@ -370,11 +417,11 @@ inline bool bwd_weight_tiled_plan(const DeviceGeometry& g, int cpg, int threads,
     auto smem = [&](int bh) {
         const size_t rows_in = (size_t)(bh - 1) * g.stride[1] + (size_t)(g.fil[1] - 1) * g.dil[1] + 1;
         const size_t cols_in = (size_t)(xw - 1) * g.stride[2] + (size_t)(g.fil[2] - 1) * g.dil[2] + 1;
-        const size_t tiles = ((size_t)bh * dy_cols + g.fil[0] * rows_in * cols_in) * p.pitch * 16;
+        const size_t tiles = 2 * ((size_t)bh * dy_cols + g.fil[0] * rows_in * cols_in) * p.pitch * 16;  // two buffers
         return std::max(tiles, (size_t)bwdw_acc_host(cpg) * threads * sizeof(float));
     };
     int bh = std::min(8, g.out[1]);
-    while (bh > 1 && smem(bh) > 64 * 1024) --bh;
+    while (bh > 1 && smem(bh) > 80 * 1024) --bh;
     p.bh = bh;
     p.rows_in = (bh - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
     p.cols_in = (xw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
