@@ -794,9 +794,6 @@ struct Sm90DirectConv {
         } else {
             DeviceGeometry d = device_geometry(geo);
             if (Direction == TD_CONV_BWD_WEIGHT) {
-                // depthwise filters up to 3 wide: the untiled window kernel measured faster
-                // (MobileNetV2 3x3 on the H200: 119 against 137 us; ConvNeXt 7x7: 164 against 150)
-                if (CPG == 1 && d.fil[2] <= 3) return false;
                 *tg = d;
                 return bwd_weight_tiled_plan(d, CPG, Threads, kSmCount, pl);
             }
@@ -907,11 +904,7 @@ struct Sm90DirectConv {
                 conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
                     scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.blocks_x);
             } else {
-                // depthwise at stride 1 and dilation 1 along H: the window path for filters up to 3 or 7 high
-                const bool window = CPG == 1 && tg.stride[1] == 1 && tg.dil[1] == 1 && tg.fil[1] <= 7;
-                auto kernel = !window ? conv_fwd_tiled<T, CPG, PW, Threads, 0>
-                              : tg.fil[1] <= 3 ? conv_fwd_tiled<T, CPG, PW, Threads, CPG == 1 ? 3 : 0>
-                                               : conv_fwd_tiled<T, CPG, PW, Threads, CPG == 1 ? 7 : 0>;
+                auto kernel = conv_fwd_tiled<T, CPG, PW, Threads>;
                 if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
                 const bool flip = Direction == TD_CONV_BWD_DATA;
                 // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)

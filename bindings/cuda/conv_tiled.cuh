@@ -91,11 +91,8 @@ __device__ __forceinline__ void unpack8(const uint4 raw, float (&v)[kUnit]) {
 // flip: bwd_data through the forward (g describes the forward over dy: in = dy's sizes,
 // out = dx's, pad the flipped filter's); the weights are w[g][k][tap][c] read as
 // w'[g][c][taps - 1 - tap][k].
-// MAXY > 0 (depthwise, stride 1 and dilation 1 along H, filter height up to MAXY): the
-// window path. A thread holds one filter column's weights and reads each input row under
-// its PH outputs once per column, instead of once per (row, tap).
-template <class T, int CPG, int PH, int Threads, int MAXY>
-__global__ void __launch_bounds__(Threads, CPG >= 8 || MAXY > 3 ? 3 : 4)
+template <class T, int CPG, int PH, int Threads>
+__global__ void __launch_bounds__(Threads, CPG >= 8 ? 3 : 4)
     conv_fwd_tiled(DeviceGeometry g, TiledPlan pl, const T* __restrict__ x, const T* __restrict__ w,
                    T* __restrict__ y, bool flip) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -157,35 +154,7 @@ __global__ void __launch_bounds__(Threads, CPG >= 8 || MAXY > 3 ? 3 : 4)
         __syncthreads();  // this step's tile (and the weights) are in
         const int z = step % g.fil[0];
         const uint4* tile = tiles + (step & 1) * plane_slots;
-        if (MAXY > 0 && active) {
-            for (int fx = 0; fx < g.fil[2]; ++fx) {
-                float wcol[MAXY > 0 ? MAXY : 1][VC];
-#pragma unroll
-                for (int t = 0; t < MAXY; ++t) {
-                    if (t >= g.fil[1]) break;
-                    const float4* wp =
-                        reinterpret_cast<const float4*>(wsm + (u * taps + (z * g.fil[1] + t) * g.fil[2] + fx) * VC);
-                    const float4 a = wp[0], b = wp[1];
-                    wcol[t][0] = a.x; wcol[t][1] = a.y; wcol[t][2] = a.z; wcol[t][3] = a.w;
-                    wcol[t][4] = b.x; wcol[t][5] = b.y; wcol[t][6] = b.z; wcol[t][7] = b.w;
-                }
-                const uint4* src = tile + (s * PH * pl.cols_in + col * g.stride[2] + fx * g.dil[2]) * pl.pitch + u;
-                const int row_step = pl.cols_in * pl.pitch;
-#pragma unroll
-                for (int r = 0; r < PH + (MAXY > 0 ? MAXY : 1) - 1; ++r) {
-                    if (r >= PH + g.fil[1] - 1) break;
-                    float xv[VC];
-                    unpack8<T>(src[r * row_step], xv);
-#pragma unroll
-                    for (int p = 0; p < PH; ++p) {
-                        const int t = r - p;
-                        if (t < 0 || t >= (MAXY > 0 ? MAXY : 1) || t >= g.fil[1]) continue;
-#pragma unroll
-                        for (int v = 0; v < VC; ++v) acc[p][v] = fmaf(xv[v], wcol[t][v], acc[p][v]);
-                    }
-                }
-            }
-        } else if (active) {
+        if (active) {
             for (int fy = 0; fy < g.fil[1]; ++fy)
                 for (int fx = 0; fx < g.fil[2]; ++fx) {
                     const int tap = (z * g.fil[1] + fy) * g.fil[2] + fx;
