@@ -118,9 +118,11 @@ def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
     return True
 
 
-# The shared-memory tiled path of the direct kernels (2D/3D, 1 to 8 channels per group):
-# channel counts that make blocks of 8, 4 and 2 channel units, images wider and taller than
-# one tile, stride 2 with dilation 2 (bwd_data then takes the untiled kernel), 7x7.
+# The shared-memory tiled path of the direct kernels (2D/3D; fwd and bwd_data from 2 channels
+# per group, bwd_weight from 2 and for depthwise filters wider than 3; the others run the
+# untiled kernels, checked here too): channel counts that make blocks of 8, 4 and 2 channel
+# units, images wider and taller than one tile, stride 2 with dilation 2 (bwd_data then
+# takes the untiled kernel), 7x7.
 TILED_CASES = {
     2: [((19, 75), (3, 3), (1, 1), (1, 1), (1, 1)), ((21, 66), (5, 3), (2, 2), (2, 1), (1, 2)),
         ((12, 30), (7, 7), (1, 1), (3, 3), (1, 1))],

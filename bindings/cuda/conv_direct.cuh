@@ -787,6 +787,12 @@ struct Sm90DirectConv {
 
     // The shared-memory tiled kernels (conv_tiled.cuh) take 2D and 3D problems at 1 to 8
     // channels per group: fwd, bwd_data at stride 1, bwd_weight. PW is their rows per thread.
+    // Where they run was measured on the H200 (bench/conv.py, bench/RESULTS.md): they win for
+    // fwd / bwd_data at 8 channels per group (ResNeXt-101: 205 -> 195 us), tie at 4, and lose
+    // at 1 (depthwise: MobileNetV2 77 -> 94 us, ConvNeXt 85 -> 102 us), so depthwise fwd and
+    // bwd_data keep the untiled kernels; they win for bwd_weight at 4 and 8 channels per group
+    // (ResNeXt-101: 393 -> 276 us) and for depthwise filters wider than 3 (ConvNeXt 7x7:
+    // 164 -> 150 us), and lose for depthwise 3x3 (119 -> 137 us).
     static constexpr bool kTiled = Ndim >= 2 && CPG >= 1 && CPG <= 8 && VC == kUnit;
     static bool tiled(const ConvGeometry& geo, TiledPlan* pl, DeviceGeometry* tg) {
         if constexpr (!kTiled) {
@@ -794,9 +800,11 @@ struct Sm90DirectConv {
         } else {
             DeviceGeometry d = device_geometry(geo);
             if (Direction == TD_CONV_BWD_WEIGHT) {
+                if (CPG == 1 && d.fil[2] <= 3) return false;  // depthwise up to 3 wide: untiled
                 *tg = d;
                 return bwd_weight_tiled_plan(d, CPG, Threads, kSmCount, pl);
             }
+            if (CPG == 1) return false;  // depthwise fwd / bwd_data: the untiled kernels
             if (Direction == TD_CONV_BWD_DATA) {  // the forward over dy with the flipped filter
                 for (int i = 0; i < 3; ++i) {
                     if (d.stride[i] != 1) return false;
@@ -903,7 +911,7 @@ struct Sm90DirectConv {
                                                            scratch);
                 conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
                     scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.blocks_x);
-            } else {
+            } else if constexpr (CPG > 1) {  // depthwise fwd / bwd_data never take the tiled path
                 auto kernel = conv_fwd_tiled<T, CPG, PW, Threads>;
                 if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
                 const bool flip = Direction == TD_CONV_BWD_DATA;

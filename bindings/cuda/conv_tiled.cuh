@@ -14,6 +14,9 @@
 //               (unit, tap) above; the threads of a job split the tile's pixels, add
 //               in shared memory in a fixed order and write one fp32 partial row per block;
 //               conv_bwd_weight_reduce adds the rows (deterministic).
+// Which problems take these kernels (measured against the untiled ones) is decided in
+// Sm90DirectConv::tiled (conv_direct.cuh): fwd / bwd_data from 2 channels per group,
+// bwd_weight from 2 channels per group and for depthwise filters wider than 3.
 // In shared memory a pixel's CU vectors are padded to an odd count of 16-byte slots, so
 // that threads of a warp at neighbouring pixels hit different banks.
 #pragma once
