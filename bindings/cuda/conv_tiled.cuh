@@ -158,20 +158,21 @@ __global__ void __launch_bounds__(Threads, CPG >= 8 ? 3 : 4)
         const int z = step % g.fil[0];
         const uint4* tile = tiles + (step & 1) * plane_slots;
         if (active) {
-            for (int fy = 0; fy < g.fil[1]; ++fy)
-                for (int fx = 0; fx < g.fil[2]; ++fx) {
-                    const int tap = (z * g.fil[1] + fy) * g.fil[2] + fx;
+            // addresses advanced per tap (weights) and per filter column / row (inputs)
+            const float4* wp = reinterpret_cast<const float4*>(wsm + (u * taps + z * g.fil[1] * g.fil[2]) * VC * CPG);
+            const int row_step = g.stride[1] * pl.cols_in * pl.pitch;
+            const int col_step = g.dil[2] * pl.pitch;
+            const uint4* row = tile + (s * PH * g.stride[1] * pl.cols_in + col * g.stride[2]) * pl.pitch + u;
+            for (int fy = 0; fy < g.fil[1]; ++fy, row += g.dil[1] * pl.cols_in * pl.pitch) {
+                const uint4* src = row;
+                for (int fx = 0; fx < g.fil[2]; ++fx, src += col_step, wp += VC * CPG / 4) {
                     float wv[VC][CPG];
-                    const float4* wp = reinterpret_cast<const float4*>(wsm + (u * taps + tap) * VC * CPG);
 #pragma unroll
                     for (int i = 0; i < VC * CPG / 4; ++i) {
                         const float4 f = wp[i];
                         float* d = &wv[0][0] + 4 * i;
                         d[0] = f.x; d[1] = f.y; d[2] = f.z; d[3] = f.w;
                     }
-                    const int cc = col * g.stride[2] + fx * g.dil[2];
-                    const uint4* src = tile + ((s * PH * g.stride[1] + fy * g.dil[1]) * pl.cols_in + cc) * pl.pitch + u;
-                    const int row_step = g.stride[1] * pl.cols_in * pl.pitch;
 #pragma unroll
                     for (int p = 0; p < PH; ++p) {
                         float xv[VC];
@@ -185,6 +186,7 @@ __global__ void __launch_bounds__(Threads, CPG >= 8 ? 3 : 4)
                         }
                     }
                 }
+            }
         }
         if (z == g.fil[0] - 1) {  // the row tile is complete: store it
             const int oh = (th0 + step / g.fil[0]) * pl.bh + s * PH;
@@ -316,8 +318,10 @@ __global__ void __launch_bounds__(Threads)
         const uint4* xz = xt + fz * plane_slots + u;
         if constexpr (CPG == 1) {
             const int chunks = bw4 / kDwChunk;
-            for (int i = part; i < pl.bh * chunks; i += pl.split) {
-                const int r = i / chunks, c0 = (i % chunks) * kDwChunk;
+            // chunk i = (row r, chunk ch) with i = part, part + split, ...: stepped without dividing
+            int r = part / chunks, ch = part % chunks;
+            while (r < pl.bh) {
+                const int c0 = ch * kDwChunk;
                 float gv[kDwChunk][VC];
 #pragma unroll
                 for (int p = 0; p < kDwChunk; ++p) unpack8<T>(dyt[(r * dy_cols + c0 + p) * pl.pitch + u], gv[p]);
@@ -349,14 +353,22 @@ __global__ void __launch_bounds__(Threads)
                         }
                     }
                 }
+                for (ch += pl.split; ch >= chunks; ch -= chunks) ++r;
             }
         } else {
-            for (int i = part; i < pl.bh * pl.bw; i += pl.split) {
-                const int r = i / pl.bw, c = i % pl.bw;
+            // pixel i = (row r, column c) with i = part, part + split, ...: the two shared-memory
+            // addresses advance with it (no division or multiplication per pixel)
+            int r = part / pl.bw, c = part % pl.bw;
+            const int dstep = pl.split * pl.pitch;
+            const int xstep = pl.split * g.stride[2] * pl.pitch;
+            const int dwrap = (dy_cols - pl.bw) * pl.pitch;  // a row further, bw columns back
+            const int xwrap = (g.stride[1] * pl.cols_in - pl.bw * g.stride[2]) * pl.pitch;
+            const uint4* dp = dyt + (r * dy_cols + c) * pl.pitch + u;
+            const uint4* xp = xz + ((r * g.stride[1] + fy * g.dil[1]) * pl.cols_in + c * g.stride[2] + fx * g.dil[2]) * pl.pitch;
+            while (r < pl.bh) {
                 float gv[VC], xv[VC];
-                unpack8<T>(dyt[(r * dy_cols + c) * pl.pitch + u], gv);
-                unpack8<T>(xz[((r * g.stride[1] + fy * g.dil[1]) * pl.cols_in + c * g.stride[2] + fx * g.dil[2]) * pl.pitch],
-                           xv);
+                unpack8<T>(*dp, gv);
+                unpack8<T>(*xp, xv);
 #pragma unroll
                 for (int jg = 0; jg < VC / CPG; ++jg)
 #pragma unroll
@@ -364,6 +376,13 @@ __global__ void __launch_bounds__(Threads)
 #pragma unroll
                         for (int c2 = 0; c2 < CPG; ++c2)
                             acc[(jg * CPG + k) * CPG + c2] = fmaf(gv[jg * CPG + k], xv[jg * CPG + c2], acc[(jg * CPG + k) * CPG + c2]);
+                dp += dstep;
+                xp += xstep;
+                for (c += pl.split; c >= pl.bw; c -= pl.bw) {
+                    ++r;
+                    dp += dwrap;
+                    xp += xwrap;
+                }
             }
         }
     }
