@@ -788,11 +788,12 @@ struct Sm90DirectConv {
     // The shared-memory tiled kernels (conv_tiled.cuh) take 2D and 3D problems at 1 to 8
     // channels per group: fwd, bwd_data at stride 1, bwd_weight. PW is their rows per thread.
     // Where they run was measured on the H200 (bench/conv.py, bench/RESULTS.md): they win for
-    // fwd / bwd_data at 8 channels per group (ResNeXt-101: 205 -> 195 us), tie at 4, and lose
-    // at 1 (depthwise: MobileNetV2 77 -> 94 us, ConvNeXt 85 -> 102 us), so depthwise fwd and
-    // bwd_data keep the untiled kernels; they win for bwd_weight at 4 and 8 channels per group
-    // (ResNeXt-101: 393 -> 276 us) and for depthwise filters wider than 3 (ConvNeXt 7x7:
-    // 164 -> 150 us), and lose for depthwise 3x3 (119 -> 137 us).
+    // fwd / bwd_data at 4 and 8 channels per group (ResNeXt-50: 68 -> 63 us, ResNeXt-101:
+    // 205 -> 194 us) and lose at 1 (depthwise: MobileNetV2 77 -> 94 us, ConvNeXt 85 -> 102 us),
+    // so depthwise fwd and bwd_data keep the untiled kernels; they win for bwd_weight at 4 and
+    // 8 channels per group (ResNeXt-50: 144 -> 118 us, ResNeXt-101: 393 -> 235 us) and for
+    // depthwise filters wider than 3 (ConvNeXt 7x7: 164 -> 148 us), and lose for depthwise
+    // 3x3 (119 -> 137 us).
     static constexpr bool kTiled = Ndim >= 2 && CPG >= 1 && CPG <= 8 && VC == kUnit;
     static bool tiled(const ConvGeometry& geo, TiledPlan* pl, DeviceGeometry* tg) {
         if constexpr (!kTiled) {
