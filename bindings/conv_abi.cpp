@@ -62,6 +62,9 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     // channels per group, slower at 4 and 8: first from 16 up, else behind the direct ones
     if (k.schedule == 3) return k.micro_m >= 16 ? 0.5 : 1e6;
     if (k.schedule == 4) return 0.1;  // dense: CUTLASS GEMM, where it applies (G = 1)
+    // dense: CUTLASS implicit-GEMM convolution (no im2col buffer) ahead of it; not yet
+    // measured (its variants are opt-in: bench/sweeps/sm90_conv_implicit.yaml)
+    if (k.schedule == 5) return 0.05;
     return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,
                           p.base.split_k > 0 ? p.base.split_k : workers, workers);
 }

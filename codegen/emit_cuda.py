@@ -1,6 +1,7 @@
 """cuda backend emitter: one .cu source per variant, instantiating bindings/cuda/gemm_sm90.cuh
 (GEMM through CUTLASS), conv_direct.cuh (our direct convolutions), conv_mma.cuh (tensor-core
-convolutions) or conv_gemm.cuh (dense convolution through a CUTLASS GEMM)."""
+convolutions), conv_gemm.cuh (dense convolution through a CUTLASS GEMM) or conv_implicit.cuh
+(dense convolution through CUTLASS's implicit-GEMM convolution)."""
 from __future__ import annotations
 
 from .emit_cpu import cpp_bool, definition
@@ -16,6 +17,10 @@ def emit(config) -> str:
             return definition(config, "cuda/conv_gemm.cuh", (
                 f"cuda::Sm90GemmConv<{head}, {tm}, {tn}, {tk},\n"
                 f"                       {k.cluster_m}, {k.cluster_n}, {cpp_bool(k.schedule == 'pingpong')}>"))
+        if k.algorithm == "implicit":
+            tm, tn, tk = config.tile
+            return definition(config, "cuda/conv_implicit.cuh",
+                              f"cuda::Sm90ImplicitConv<{head}, {tm}, {tn}, {tk}, {k.cluster_m}, {k.cluster_n}>")
         if k.algorithm == "mma":
             return definition(config, "cuda/conv_mma.cuh",
                               f"cuda::Sm90MmaConv<{head}, {k.channels_per_group}, {config.tile[0]}>")

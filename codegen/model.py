@@ -285,6 +285,9 @@ class CudaKnobs:
 
     algorithm `cutlass` (GEMM): CUTLASS sm90 cluster shape, kernel schedule, epilogue
     schedule, and whether misaligned operands are staged through aligned copies.
+    algorithm `implicit` (dense convolution): CUTLASS sm90 implicit-GEMM convolution
+    (bindings/cuda/conv_implicit.cuh): cluster shape only (CUTLASS has one sm90 conv kernel
+    schedule, the non-persistent warp-specialized one).
     algorithm `direct` (convolution): our own direct kernels (bindings/cuda/conv_direct.cuh),
     specialised for `channels_per_group` input = output channels per group (0: any, a
     generic kernel with run-time channel counts). A direct kernel's tile is
@@ -295,12 +298,12 @@ class CudaKnobs:
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
-    algorithm: str = "cutlass"     # cutlass | direct | mma
+    algorithm: str = "cutlass"     # cutlass | direct | mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct", "mma", "im2col")
+    ALGORITHMS = ("cutlass", "direct", "mma", "im2col", "implicit")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
     YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned")
@@ -311,7 +314,7 @@ class CudaKnobs:
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
-            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, mma or im2col)")
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, mma, im2col or implicit)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
@@ -338,6 +341,9 @@ class CudaKnobs:
             raise ValueError(f"unknown misaligned '{misaligned}' (expected reject or pad)")
         if algorithm == "im2col" and (values.get("epilogue", "tma") != "tma" or misaligned != "reject"):
             raise ValueError("algorithm im2col takes cluster and schedule only")
+        if algorithm == "implicit" and set(values) - {"algorithm", "cluster"}:
+            raise ValueError("algorithm implicit takes cluster only (CUTLASS's sm90 convolution has one "
+                             "kernel schedule)")
         return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
                    values.get("epilogue", "tma"), misaligned == "pad", algorithm)
 
@@ -349,6 +355,8 @@ class CudaKnobs:
             return f"mma_cpg{self.channels_per_group}"
         if self.algorithm == "im2col":
             return f"im2col_c{self.cluster_m}x{self.cluster_n}_{self.SCHEDULES[self.schedule]}"
+        if self.algorithm == "implicit":
+            return f"implicit_c{self.cluster_m}x{self.cluster_n}"
         parts = [f"c{self.cluster_m}x{self.cluster_n}", self.SCHEDULES[self.schedule]]
         if self.epilogue != "tma":
             parts.append(self.epilogue)
@@ -368,6 +376,9 @@ class CudaKnobs:
         if im2col:
             schedule = {v: k for k, v in cls.SCHEDULES.items()}[im2col.group(3)]
             return cls(int(im2col.group(1)), int(im2col.group(2)), schedule, algorithm="im2col")
+        implicit = re.fullmatch(r"implicit_c(\d+)x(\d+)", token)
+        if implicit:
+            return cls(int(implicit.group(1)), int(implicit.group(2)), algorithm="implicit")
         match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?", token)
         if not match:
             raise ValueError(f"bad cuda knob token '{token}'")
@@ -386,14 +397,25 @@ class CudaKnobs:
     def _direct_problems(self, dtype, direction, tile) -> list[str]:
         if self.algorithm == "mma":
             return self._mma_problems(dtype, direction, tile)
+        if self.algorithm in ("im2col", "implicit") and dtype not in (DType.FP16, DType.BF16):
+            return [f"{self.algorithm} convolution takes fp16 or bf16, not {dtype.key}"]
         if self.algorithm == "im2col":  # dense conv through a CUTLASS GEMM: the GEMM's rules
-            if dtype not in (DType.FP16, DType.BF16):
-                return [f"im2col convolution takes fp16 or bf16, not {dtype.key}"]
             layout = Layout.CRR if direction is Direction.BWD_WEIGHT else Layout.RCR
             return self._gemm_problems(dtype, layout, GemmVariant.STANDARD, tile, check_algorithm=False)
+        if self.algorithm == "implicit":  # CUTLASS's one sm90 conv schedule: one consumer warp group
+            tm, tn, tk = tile
+            out = []
+            if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
+                out.append(f"cluster {self.cluster_m}x{self.cluster_n}: each side must be 1 or 2")
+            if tm not in (64, 128, 256):
+                out.append(f"implicit conv tile M {tm} not one of 64, 128, 256")
+            if tn % 16 or not 16 <= tn <= 256:
+                out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
+            if tk != 64:
+                out.append(f"tile K must be 64 for {dtype.key} (128-byte rows of shared memory)")
+            return out
         if self.algorithm != "direct":
-            return ["convolution on the cuda backend uses algorithm direct, mma or im2col (CUTLASS sm90 "
-                    "implicit-GEMM convolution is not part of this version)"]
+            return ["convolution on the cuda backend uses algorithm direct, mma, im2col or implicit"]
         out = []
         pixels, chans, threads = tile
         cpg = self.channels_per_group
@@ -684,6 +706,8 @@ def knobs_dict(knobs) -> dict:
                 "scheduler": knobs.scheduler, "padding": "pad" if knobs.pad else "nopad"}
     if knobs.algorithm == "im2col":
         return {"algorithm": "im2col", "cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule}
+    if knobs.algorithm == "implicit":
+        return {"algorithm": "implicit", "cluster": [knobs.cluster_m, knobs.cluster_n]}
     if knobs.algorithm in ("direct", "mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,

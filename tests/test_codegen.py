@@ -262,12 +262,28 @@ def test_default_manifest_sm90a_direct_conv_variants():
     assert name in {c.name for c in convs} and config_from_name(name).knobs.algorithm == "direct"
 
 
+def test_opt_in_implicit_conv_manifest_expands_and_names_round_trip():
+    """CUTLASS sm90 implicit-GEMM convolution (not in the default manifest until it has run on a
+    GPU): every direction and rank, two tiles, names parsed back to the same config."""
+    configs = expand(load_manifest(ROOT / "bench/sweeps/sm90_conv_implicit.yaml"), ["sm_90a"]).configs
+    assert len(configs) == 3 * 3 * 2 * 2
+    assert all(c.knobs.algorithm == "implicit" for c in configs)
+    names = {c.name for c in configs}
+    assert "conv_bwdweight_ndhwgc_fp16_64x64x64_implicit_c1x1_sm90a" in names
+    for c in configs:
+        assert config_from_name(c.name) == c
+    default = {c.name for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs}
+    assert not names & default
+
+
 @pytest.mark.parametrize("knobs, tile, why", [
     ("{algorithm: direct, channels_per_group: 3}", "[4, 8, 128]", "channels_per_group 3 not one of"),
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, mma or im2col"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, mma, im2col or implicit"),
+    ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster only"),
+    ("{algorithm: implicit}", "[128, 128, 32]", "tile"),
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),
     ("{algorithm: mma, channels_per_group: 1}", "[32, 8, 16]", "not one of 2, 4, 8, 16, 32 (mma)"),
 ])

@@ -1,0 +1,185 @@
+// cuda backend: dense convolution (G = 1) as a CUTLASS 3.x sm90 implicit GEMM
+// (cutlass::conv::kernel::ConvUniversal built with the conv CollectiveBuilder): fprop, dgrad
+// and wgrad, 1D/2D/3D, TMA im2col loads, no buffer in global memory.
+//   fwd        A = x (N D H W C), B = w (K Z Y X C), D = y (N Do Ho Wo K)
+//   bwd_data   A = dy, B = w, D = dx
+//   bwd_weight A = dy, B = x, D = dw
+// Our channels-last layouts at G = 1 are exactly CUTLASS's NDHWC / KTRSC. Status: compiled
+// (CI), not yet run on a GPU; its variants live in bench/sweeps/sm90_conv_implicit.yaml until
+// they are verified on the H200.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cutlass/kernel_hardware_info.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/conv/collective/collective_builder.hpp"
+#include "cutlass/conv/convnd_problem_shape.hpp"
+#include "cutlass/conv/convolution.h"
+#include "cutlass/conv/device/conv_universal_adapter.hpp"
+#include "cutlass/conv/dispatch_policy.hpp"
+#include "cutlass/conv/kernel/conv_universal.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+#include "cuda/conv_direct.cuh"
+
+namespace td::cuda {
+
+template <int DType> struct CutlassConvElement;
+template <> struct CutlassConvElement<TD_FP16> { using T = cutlass::half_t; };
+template <> struct CutlassConvElement<TD_BF16> { using T = cutlass::bfloat16_t; };
+
+// Activation layouts, and the filter layout as wgrad's output (GEMM modes (K, (C, S, R, T))).
+template <int Ndim> struct CutlassConvLayout;
+template <> struct CutlassConvLayout<1> { using Act = cutlass::layout::TensorNWC; using Flt = cutlass::layout::TensorKCS; };
+template <> struct CutlassConvLayout<2> { using Act = cutlass::layout::TensorNHWC; using Flt = cutlass::layout::TensorKCSR; };
+template <> struct CutlassConvLayout<3> { using Act = cutlass::layout::TensorNDHWC; using Flt = cutlass::layout::TensorKCSRT; };
+
+template <int DType, int Ndim, int Direction, int TM, int TN, int TK, int CM, int CN>
+struct Sm90ImplicitConv {
+    using Element = typename CutlassConvElement<DType>::T;
+    using Layout = typename CutlassConvLayout<Ndim>::Act;
+    using LayoutOut = cute::conditional_t<Direction == TD_CONV_BWD_WEIGHT, typename CutlassConvLayout<Ndim>::Flt, Layout>;
+    static constexpr int kAlign = 8;  // elements per 16 bytes
+    static constexpr cutlass::conv::Operator kOp = Direction == TD_CONV_FWD        ? cutlass::conv::Operator::kFprop
+                                                   : Direction == TD_CONV_BWD_DATA ? cutlass::conv::Operator::kDgrad
+                                                                                   : cutlass::conv::Operator::kWgrad;
+    // the K mode is a nested shape for every direction, and wgrad's N mode too (its N is (C, S, R, T))
+    using TileN = cute::conditional_t<Direction == TD_CONV_BWD_WEIGHT, cute::Shape<cute::Int<TN>>, cute::Int<TN>>;
+    using TileShape = cute::Shape<cute::Int<TM>, TileN, cute::Shape<cute::Int<TK>>>;
+    using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
+    // CUTLASS's one sm90 conv schedule (its persistent ones are not supported for conv)
+    using Schedule = cutlass::conv::KernelImplicitTmaWarpSpecializedSm90;
+    using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+    using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+        cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, LayoutOut, kAlign, Element, LayoutOut,
+        kAlign,
+        EpilogueSchedule>::CollectiveOp;
+    using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, kOp, Element, Layout, kAlign, Element, Layout, kAlign,
+        float, TileShape, ClusterShape,
+        cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
+            sizeof(typename CollectiveEpilogue::SharedStorage))>,
+        Schedule>::CollectiveOp;
+    using ProblemShape = cutlass::conv::ConvProblemShape<kOp, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
+    using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+    using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
+
+    // CUTLASS's problem: the activation (N, spatial, C) and filter (K, spatial, C) shapes,
+    // padding, stride, dilation, one group; spatial dimensions outermost first.
+    static ProblemShape problem_shape(const ConvGeometry& g) {
+        cute::array<int, Ndim + 2> act{}, flt{};
+        cute::array<int, Ndim> pad{}, stride{}, dil{};
+        act[0] = (int)g.N;
+        act[Ndim + 1] = (int)g.C;
+        flt[0] = (int)g.K;
+        flt[Ndim + 1] = (int)g.C;
+        for (int d = 0; d < Ndim; ++d) {
+            const int s = 3 - Ndim + d;  // ConvGeometry keeps 3 spatial dimensions, leading ones 1
+            act[d + 1] = (int)g.in[s];
+            flt[d + 1] = (int)g.fil[s];
+            pad[d] = (int)g.pad[s];
+            stride[d] = (int)g.stride[s];
+            dil[d] = (int)g.dil[s];
+        }
+        return ProblemShape(cutlass::conv::Mode::kCrossCorrelation, act, flt, pad, pad, stride, dil, 1);
+    }
+
+    // The output's stride in the epilogue's GEMM modes: ((spatial..., N), K) for fprop and
+    // dgrad, (K, (C, spatial...)) for wgrad; packed.
+    template <class Stride>
+    static Stride output_stride(const ProblemShape& shape) {
+        if constexpr (Direction == TD_CONV_BWD_WEIGHT) {
+            return cutlass::make_cute_packed_stride(Stride{}, shape.shape_C, shape.stride_C, kOp);
+        } else {
+            Stride s{};
+            cute::for_each(cute::make_seq<cute::rank<0>(Stride{})>{}, [&](auto i) {
+                cute::get<0, i>(s) = shape.stride_C[ProblemShape::RankT - 2 - i];
+            });
+            return s;
+        }
+    }
+
+    static typename Conv::Arguments arguments(const ConvGeometry& g, const void* a, const void* b, void* d) {
+        const ProblemShape shape = problem_shape(g);
+        const auto sc = output_stride<typename Kernel::StrideC>(shape);
+        const auto sd = output_stride<typename Kernel::StrideD>(shape);
+        auto* out = static_cast<Element*>(d);
+        return typename Conv::Arguments{
+            shape,
+            {static_cast<const Element*>(a), static_cast<const Element*>(b)},
+            {{1.0f, 0.0f}, out, sc, out, sd}};  // beta 0: C is never read
+    }
+
+    // Operands in CUTLASS's order for this direction: (A, B, D).
+    struct Operands {
+        const void* a;
+        const void* b;
+        void* d;
+    };
+    static Operands operands(const void* in, const void* wei, void* out) {
+        if (Direction == TD_CONV_FWD) return {in, wei, out};
+        if (Direction == TD_CONV_BWD_DATA) return {out, wei, const_cast<void*>(in)};
+        return {out, in, const_cast<void*>(wei)};
+    }
+
+    static int supports(const TdConvProblem& p, std::string* why) {
+        ConvGeometry g{};
+        if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
+        if (g.G != 1) { *why = "CUTLASS sm90 convolution takes dense problems (G = 1)"; return TD_UNSUPPORTED; }
+        if (g.C % kAlign || g.K % kAlign) { *why = "C and K must be multiples of 8 (16-byte rows for TMA)"; return TD_UNSUPPORTED; }
+        const int64_t biggest = std::max({g.N * g.in_pixels() * g.C, g.N * g.out_pixels() * g.K, g.K * g.taps() * g.C});
+        if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
+        Conv conv;
+        int dummy = 0;  // can_implement looks at shapes and alignment: any 16-byte-aligned address
+        if (conv.can_implement(arguments(g, &dummy, &dummy, &dummy)) != cutlass::Status::kSuccess) {
+            *why = "CUTLASS cannot implement this problem with this kernel";
+            return TD_UNSUPPORTED;
+        }
+        return TD_OK;
+    }
+
+    static size_t workspace_size(const TdConvProblem& p) {
+        ConvGeometry g{};
+        if (!conv_geometry(p, &g).empty()) return 0;
+        int dummy = 0;
+        return Conv::get_workspace_size(arguments(g, &dummy, &dummy, &dummy));
+    }
+
+    static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
+                   void* stream_ptr) {
+        const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        if (!(conv_aligned16(in) && conv_aligned16(wei) && conv_aligned16(out)))
+            return fail(TD_REJECTED, "a tensor's address is not 16-byte aligned (TMA needs it)");
+        ConvGeometry g{};
+        conv_geometry(p, &g);
+        const Operands o = operands(in, wei, out);
+        const auto args = arguments(g, o.a, o.b, o.d);
+        const size_t need = Conv::get_workspace_size(args);
+        void* base = nullptr;
+        if (int st = take_workspace(need, ws, ws_bytes, stream_ptr, &base)) return st;
+        Conv conv;
+        if (conv.can_implement(args) != cutlass::Status::kSuccess)
+            return fail(TD_REJECTED, "CUTLASS cannot implement this problem with this kernel");
+        if (conv.initialize(args, need ? base : nullptr, stream) != cutlass::Status::kSuccess)
+            return fail(TD_ERROR, std::string("CUTLASS initialize failed: ") + cudaGetErrorString(cudaGetLastError()));
+        if (conv.run(stream) != cutlass::Status::kSuccess)
+            return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(cudaGetLastError()));
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
+        return TD_OK;
+    }
+
+    // KernelInfo: schedule 5 = dense convolution through CUTLASS's implicit-GEMM convolution.
+    static constexpr ConvKernel entry(const char* name) {
+        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, TN, TK, CM, CN, 5, 0},
+                          &supports, &workspace_size, &run};
+    }
+};
+
+}  // namespace td::cuda
