@@ -409,6 +409,8 @@ class CudaKnobs:
                 out.append(f"cluster {self.cluster_m}x{self.cluster_n}: each side must be 1 or 2")
             if tm not in (64, 128, 256):
                 out.append(f"implicit conv tile M {tm} not one of 64, 128, 256")
+            if tm * tn > 128 * 128:  # ptxas serializes wgmma beyond that (warning C7511)
+                out.append(f"implicit conv tile {tm}x{tn} holds too many accumulators for its one consumer warp group")
             if tn % 16 or not 16 <= tn <= 256:
                 out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
             if tk != 64:

@@ -284,6 +284,7 @@ def test_opt_in_implicit_conv_manifest_expands_and_names_round_trip():
     ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, mma, im2col or implicit"),
     ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster only"),
     ("{algorithm: implicit}", "[128, 128, 32]", "tile"),
+    ("{algorithm: implicit}", "[128, 256, 64]", "too many accumulators"),
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),
     ("{algorithm: mma, channels_per_group: 1}", "[32, 8, 16]", "not one of 2, 4, 8, 16, 32 (mma)"),
 ])

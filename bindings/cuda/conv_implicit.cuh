@@ -128,6 +128,12 @@ struct Sm90ImplicitConv {
         return {out, in, const_cast<void*>(wei)};
     }
 
+    // A 16-byte-aligned address standing for the tensors where only the shapes matter.
+    static void* placeholder() {
+        alignas(16) static char bytes[16];
+        return bytes;
+    }
+
     static int supports(const TdConvProblem& p, std::string* why) {
         ConvGeometry g{};
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
@@ -136,8 +142,8 @@ struct Sm90ImplicitConv {
         const int64_t biggest = std::max({g.N * g.in_pixels() * g.C, g.N * g.out_pixels() * g.K, g.K * g.taps() * g.C});
         if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
         Conv conv;
-        int dummy = 0;  // can_implement looks at shapes and alignment: any 16-byte-aligned address
-        if (conv.can_implement(arguments(g, &dummy, &dummy, &dummy)) != cutlass::Status::kSuccess) {
+        // can_implement looks at the shapes (TMA im2col limits, channel alignment), not at data
+        if (conv.can_implement(arguments(g, placeholder(), placeholder(), placeholder())) != cutlass::Status::kSuccess) {
             *why = "CUTLASS cannot implement this problem with this kernel";
             return TD_UNSUPPORTED;
         }
@@ -147,8 +153,7 @@ struct Sm90ImplicitConv {
     static size_t workspace_size(const TdConvProblem& p) {
         ConvGeometry g{};
         if (!conv_geometry(p, &g).empty()) return 0;
-        int dummy = 0;
-        return Conv::get_workspace_size(arguments(g, &dummy, &dummy, &dummy));
+        return Conv::get_workspace_size(arguments(g, placeholder(), placeholder(), placeholder()));
     }
 
     static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
