@@ -122,10 +122,11 @@ def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
 # per group, bwd_weight from 2 and for depthwise filters wider than 3; the others run the
 # untiled kernels, checked here too): channel counts that make blocks of 8, 4 and 2 channel
 # units, images wider and taller than one tile, stride 2 with dilation 2 (bwd_data then
-# takes the untiled kernel), 7x7.
+# takes the untiled kernel), 7x7, and a 5x5 filter strided and dilated along W (the depthwise
+# bwd_weight kernel without its window).
 TILED_CASES = {
     2: [((19, 75), (3, 3), (1, 1), (1, 1), (1, 1)), ((21, 66), (5, 3), (2, 2), (2, 1), (1, 2)),
-        ((12, 30), (7, 7), (1, 1), (3, 3), (1, 1))],
+        ((12, 30), (7, 7), (1, 1), (3, 3), (1, 1)), ((17, 40), (5, 5), (1, 2), (2, 4), (1, 2))],
     3: [((4, 9, 40), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)), ((5, 6, 35), (3, 3, 3), (2, 1, 2), (1, 1, 1), (1, 2, 1))],
 }
 
