@@ -403,18 +403,12 @@ class CudaKnobs:
             layout = Layout.CRR if direction is Direction.BWD_WEIGHT else Layout.RCR
             return self._gemm_problems(dtype, layout, GemmVariant.STANDARD, tile, check_algorithm=False)
         if self.algorithm == "implicit":  # CUTLASS's one sm90 conv schedule: one consumer warp group
-            tm, tn, tk = tile
-            out = []
-            if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
-                out.append(f"cluster {self.cluster_m}x{self.cluster_n}: each side must be 1 or 2")
+            tm, tn, _ = tile
+            out = self._cutlass_tile_problems(dtype, tile)
             if tm not in (64, 128, 256):
                 out.append(f"implicit conv tile M {tm} not one of 64, 128, 256")
             if tm * tn > 128 * 128:  # ptxas serializes wgmma beyond that (warning C7511)
                 out.append(f"implicit conv tile {tm}x{tn} holds too many accumulators for its one consumer warp group")
-            if tn % 16 or not 16 <= tn <= 256:
-                out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
-            if tk != 64:
-                out.append(f"tile K must be 64 for {dtype.key} (128-byte rows of shared memory)")
             return out
         if self.algorithm != "direct":
             return ["convolution on the cuda backend uses algorithm direct, mma, im2col or implicit"]
@@ -457,6 +451,19 @@ class CudaKnobs:
             out.append(f"mma tile must be [16|32|64, {want[1]}, 16] for {cpg} channels per group, not {list(tile)}")
         return out
 
+    def _cutlass_tile_problems(self, dtype, tile) -> list[str]:
+        """The rules every CUTLASS sm90 kernel shares: cluster sides, tile N, tile K."""
+        out = []
+        _, tn, tk = tile
+        if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
+            out.append(f"cluster {self.cluster_m}x{self.cluster_n}: each side must be 1 or 2")
+        if tn % 16 or not 16 <= tn <= 256:
+            out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
+        want_k = 128 if dtype.nbytes == 1 else 64
+        if tk != want_k:
+            out.append(f"tile K must be {want_k} for {dtype.key} (128-byte rows of shared memory)")
+        return out
+
     def _gemm_problems(self, dtype, layout, variant, tile, check_algorithm=True) -> list[str]:
         """The sm90 CUTLASS rules."""
         out = []
@@ -469,8 +476,7 @@ class CudaKnobs:
             out.append(f"{dtype.key} (FNUZ) is built for gfx942 only; NVIDIA fp8 is OCP (fp8_e4m3, fp8_e5m2)")
         if dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and layout is not Layout.RCR:
             out.append("fp8 wgmma needs K-major A and B: layout rcr only")
-        if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
-            out.append(f"cluster {self.cluster_m}x{self.cluster_n}: each side must be 1 or 2")
+        out += self._cutlass_tile_problems(dtype, tile)
         if variant is GemmVariant.STREAM_K and self.schedule != "cooperative":
             out.append("CUTLASS runs stream-K only with the cooperative schedule")
         if self.schedule == "cooperative" and tm not in (128, 256):
@@ -479,11 +485,6 @@ class CudaKnobs:
             out.append(f"ping-pong tile {tm}x{tn} holds too many accumulators per warp group")
         if self.schedule == "pingpong" and tm not in (64, 128):
             out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")
-        if tn % 16 or not 16 <= tn <= 256:
-            out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
-        want_k = 128 if dtype.nbytes == 1 else 64
-        if tk != want_k:
-            out.append(f"tile K must be {want_k} for {dtype.key} (128-byte rows of shared memory)")
         if (tm + tn) * tk * dtype.nbytes > 96 * 1024:
             out.append(f"tile {tm}x{tn}x{tk} needs more than 96 KiB of shared memory per stage")
         return out

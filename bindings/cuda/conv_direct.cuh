@@ -818,17 +818,21 @@ struct Sm90DirectConv {
         }
     }
 
-    static size_t workspace_size(const TdConvProblem& p) {
-        ConvGeometry g{};
-        if (!conv_geometry(p, &g).empty()) return 0;
+    // The workspace of a run: `pl` is the tiled plan, or null for the untiled kernels.
+    static size_t workspace_bytes(const TdConvProblem& p, const ConvGeometry& g, const TiledPlan* pl) {
         const size_t elems = (size_t)(g.G * g.K * g.taps() * g.C);
-        TiledPlan pl{};
-        DeviceGeometry tg{};
-        if (tiled(g, &pl, &tg))
-            return Direction == TD_CONV_BWD_WEIGHT ? (size_t)pl.blocks_x * elems * sizeof(float) : 0;
+        if (pl) return Direction == TD_CONV_BWD_WEIGHT ? (size_t)pl->blocks_x * elems * sizeof(float) : 0;
         if (Direction == TD_CONV_BWD_WEIGHT)
             return (size_t)(dw_window(g) ? dw_plan(p, g).slices / SY : rows(slices(p, g))) * elems * sizeof(float);
         return CPG > 0 ? elems * sizeof(float) : 0;  // the transposed weights
+    }
+
+    static size_t workspace_size(const TdConvProblem& p) {
+        ConvGeometry g{};
+        if (!conv_geometry(p, &g).empty()) return 0;
+        TiledPlan pl{};
+        DeviceGeometry tg{};
+        return workspace_bytes(p, g, tiled(g, &pl, &tg) ? &pl : nullptr);
     }
 
     static unsigned blocks(int64_t threads) { return (unsigned)((threads + Threads - 1) / Threads); }
@@ -843,14 +847,16 @@ struct Sm90DirectConv {
             return fail(TD_REJECTED, "a tensor's address is not 16-byte aligned (the vector loads need it); "
                                      "the generic kernel takes it");
         const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
-        float* scratch = nullptr;
-        if (int st = take_workspace(workspace_size(p), ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&scratch)))
-            return st;
-        const T* x = static_cast<const T*>(in);
-        const T* w = static_cast<const T*>(wei);
         TiledPlan pl{};
         DeviceGeometry tg{};
-        if (tiled(geo, &pl, &tg)) return run_tiled(pl, tg, in, wei, out, scratch, elems, stream);
+        const bool use_tiled = tiled(geo, &pl, &tg);
+        float* scratch = nullptr;
+        if (int st = take_workspace(workspace_bytes(p, geo, use_tiled ? &pl : nullptr), ws, ws_bytes, stream_ptr,
+                                    reinterpret_cast<void**>(&scratch)))
+            return st;
+        if (use_tiled) return run_tiled(pl, tg, in, wei, out, scratch, elems, stream);
+        const T* x = static_cast<const T*>(in);
+        const T* w = static_cast<const T*>(wei);
         if (Direction != TD_CONV_BWD_WEIGHT && CPG > 0)
             conv_transpose_weights<T><<<blocks(elems), Threads, 0, stream>>>(g, w, scratch);
         if (Direction == TD_CONV_FWD) {

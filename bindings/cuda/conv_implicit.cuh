@@ -26,6 +26,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "cuda/conv_direct.cuh"
+#include "cuda/cutlass_start.cuh"
 
 namespace td::cuda {
 
@@ -169,12 +170,7 @@ struct Sm90ImplicitConv {
         void* base = nullptr;
         if (int st = take_workspace(need, ws, ws_bytes, stream_ptr, &base)) return st;
         Conv conv;
-        if (conv.can_implement(args) != cutlass::Status::kSuccess)
-            return fail(TD_REJECTED, "CUTLASS cannot implement this problem with this kernel");
-        if (conv.initialize(args, need ? base : nullptr, stream) != cutlass::Status::kSuccess)
-            return fail(TD_ERROR, std::string("CUTLASS initialize failed: ") + cudaGetErrorString(cudaGetLastError()));
-        if (conv.run(stream) != cutlass::Status::kSuccess)
-            return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(cudaGetLastError()));
+        if (int st = cutlass_start(conv, args, need ? base : nullptr, stream)) return st;
         const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
         return TD_OK;

@@ -23,6 +23,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/util/packed_stride.hpp"
+#include "cuda/cutlass_start.cuh"
 #include "dispatcher.hpp"
 #include "tiledispatch/device.hpp"
 #include "tiledispatch/kernel.hpp"
@@ -270,14 +271,8 @@ struct Sm90Gemm {
                 return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(cudaGetLastError()));
         } else {
             last.valid = false;
-            auto args = arguments(p, s, ka, kb, kc);
-            Gemm& gemm = last.gemm;
-            if (gemm.can_implement(args) != cutlass::Status::kSuccess)
-                return fail(TD_REJECTED, "CUTLASS cannot implement this problem with this kernel");
-            if (gemm.initialize(args, lib_bytes ? base : nullptr, stream) != cutlass::Status::kSuccess)
-                return fail(TD_ERROR, std::string("CUTLASS initialize failed: ") + cudaGetErrorString(cudaGetLastError()));
-            if (gemm.run(stream) != cutlass::Status::kSuccess)
-                return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(cudaGetLastError()));
+            if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream))
+                return st;
             if (reusable) {
                 last.p = p;
                 last.a = ka, last.b = kb, last.c = kc;
