@@ -185,44 +185,57 @@ def main() -> int:
                                                              for (n, z), t in times.items()}})
             del a, b, c
 
-    # host overhead of one td.gemm call on torch tensors
+    # host overhead of one td.gemm call on torch tensors, two ways:
+    #  burst: the host time per call of 200 calls issued without a sync (fewer than the
+    #    launch queue holds, so the GPU never pushes back): pure host cost;
+    #  sync: one call + synchronize, median, minus the kernel's own event time: what a
+    #    caller waits beyond the kernel (launch latency included, for torch too).
     a, b = operands(256, 256, 256, DType.BF16)
     out = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
-    for _ in range(20):
-        td.gemm(a, b, out=out)
-    torch.cuda.synchronize()
-    n = 2000
-    start = time.perf_counter()
-    for _ in range(n):
-        td.gemm(a, b, out=out)
-    host_td = (time.perf_counter() - start) / n * 1e6
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        torch.matmul(a, b, out=out)
-    host_torch = (time.perf_counter() - start) / n * 1e6
-    torch.cuda.synchronize()
-    kernel_us = timer(lambda: td.gemm(a, b, out=out)) * 1e3
-    # where the host time goes: the bare C call (selection in C, or a named kernel)
+    calls = {"td.gemm": lambda: td.gemm(a, b, out=out), "torch.matmul": lambda: torch.matmul(a, b, out=out)}
     import ctypes
     from tiledispatch import _ffi
     cp = _ffi.TdGemmProblem(256, 256, 256, DType.BF16.code, 0, a.stride(0), b.stride(1), out.stride(0), 1.0, 0, 0, 0)
     run, ref, pa, pb, pc = d.lib.td_gemm_run, ctypes.byref(cp), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    stream = torch.cuda.current_stream().cuda_stream
     named = d.select(td.GemmProblem(256, 256, 256, DType.BF16, "rcr", a.stride(0), b.stride(1), out.stride(0))).encode()
-    host_c = {}
-    for label, kname in (("C call, selection in C", None), ("C call, kernel named", named)):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(n):
-            run(ref, kname, pa, pb, pc, None, 0, stream, None)
-        host_c[label] = (time.perf_counter() - start) / n * 1e6
-        torch.cuda.synchronize()
-    for label, call in (("ctypes call alone", lambda f=d.lib.td_abi_version: f()),
-                        ("C supports check, no launch", lambda f=d.lib.td_gemm_is_supported: f(ref, named))):
-        start = time.perf_counter()
-        for _ in range(n):
+    calls["C call, selection in C"] = lambda: run(ref, None, pa, pb, pc, None, 0, stream, None)
+    calls["C call, kernel named"] = lambda: run(ref, named, pa, pb, pc, None, 0, stream, None)
+    warm = []  # the kernel's own time with warm L2, as in the sync loop below
+    for _ in range(200):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        calls["td.gemm"]()
+        e1.record()
+        e1.synchronize()
+        warm.append(e0.elapsed_time(e1) * 1e3)
+    kernel_us = statistics.median(warm)
+    host = {}
+    for label, call in calls.items():
+        for _ in range(50):
             call()
-        host_c[label] = (time.perf_counter() - start) / n * 1e6
+        bursts, syncs = [], []
+        for _ in range(25):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                call()
+            bursts.append((time.perf_counter() - t0) / 200 * 1e6)
+            torch.cuda.synchronize()
+            for _ in range(20):
+                t0 = time.perf_counter()
+                call()
+                torch.cuda.synchronize()
+                syncs.append((time.perf_counter() - t0) * 1e6)
+        host[label] = {"burst_us": statistics.median(bursts), "sync_us": statistics.median(syncs)}
+    for label, fn in (("ctypes call alone", lambda f=d.lib.td_abi_version: f()),
+                      ("C supports check, no launch", lambda f=d.lib.td_gemm_is_supported: f(ref, named))):
+        t0 = time.perf_counter()
+        for _ in range(20000):
+            fn()
+        host[label] = {"burst_us": (time.perf_counter() - t0) / 20000 * 1e6}
+    host_td = host["td.gemm"]["burst_us"]
+    host_torch = host["torch.matmul"]["burst_us"]
 
     print("\nsummary (ratio = TFLOP/s over torch in the same run)")
     for dtype in args.dtypes:
@@ -238,11 +251,14 @@ def main() -> int:
             if r["dtype"] == dtype and not r["aligned"]:
                 print(f"  {dtype} misaligned {r['shape']}: pick {r['pick_tflops']:.1f} vs torch {r['vendor_tflops']:.1f} "
                       f"TFLOP/s = {r['pick_tflops'] / r['vendor_tflops']:.2f}x")
-    print(f"  host: td.gemm on torch tensors {host_td:.1f} us per call (torch.matmul {host_torch:.1f} us); "
-          f"kernel alone {kernel_us:.1f} us at 256^3; " + ", ".join(f"{k} {v:.1f} us" for k, v in host_c.items()))
+    print(f"  host, 256^3 bf16 (kernel alone {kernel_us:.1f} us; burst = host time per call of 200 unsynchronized "
+          f"calls, sync = one call + synchronize, minus the kernel):")
+    for label, h in host.items():
+        sync = f", sync {h['sync_us']:.1f} us ({h['sync_us'] - kernel_us:+.1f} over the kernel)" if "sync_us" in h else ""
+        print(f"    {label:30s} burst {h['burst_us']:.1f} us{sync}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "knob_sweep": records, "host_us": host_td, "host_c_us": host_c, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
+            json.dump({"rows": rows, "knob_sweep": records, "host_us": host_td, "host": host, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
     return 0
 
 

@@ -4,6 +4,7 @@
 # against cuBLAS. Logs go to $OUT; a short table is printed last.
 #   bash bench/gpu_run.sh [all|build|test|bench|conv|profile]...   (several: build conv)
 #   KERNEL_FILTER='conv_*,*_cpu' bash bench/gpu_run.sh build conv   builds only those variants
+#   KERNELS=/tmp/merged.yaml bash bench/gpu_run.sh build conv        another manifest (absolute path)
 #   GPU_TARGETS=cpu KERNEL_FILTER='gemm_fp32_rcr_*' bash bench/gpu_run.sh build sweep64
 #       the tile engine's 64-kernel x 16-problem sweep (its own scratch build), timed
 #   KERNEL_FILTER='gemm_*' bash bench/gpu_run.sh build select
@@ -26,6 +27,7 @@ if want build; then
   start=$(date +%s)
   python3 -m pip install -v --no-build-isolation --no-deps --no-index \
     -Csetup-args=-Dgpu_targets=${GPU_TARGETS:-cpu,sm_90a} ${KERNEL_FILTER:+"-Csetup-args=-Dkernel_filter=$KERNEL_FILTER"} \
+    ${KERNELS:+"-Csetup-args=-Dkernels=$KERNELS"} \
     -Ccompile-args=-j$(nproc) . > "$OUT/install.log" 2>&1
   rc=$?
   grep -E "error|Error" "$OUT/install.log" | head -20
