@@ -55,16 +55,33 @@ double direct_cost(const KernelInfo& k, const ConvGeometry& g, int direction, in
     return 1.0 + pixels + (items < fill ? (fill / (double)items - 1.0) * 0.05 : 0.0);
 }
 
+// Dense problems (G = 1) on CUTLASS: the implicit-GEMM convolution (schedule 5) or a GEMM
+// over an im2col buffer (schedule 4), ranked by the GEMM model (waves of tiles) and always
+// ahead of the direct kernels (cost < 1). Measured on the H200 (bench/RESULTS.md): the
+// im2col path needs a buffer and runs 2-3x behind unless the problem is a plain GEMM
+// (1x1, stride 1, no padding), where its clustered GEMM beat the implicit kernel forward
+// (35 vs 40 us, ResNet 1x1 512->2048) but not backward; among implicit tiles, the one
+// that splits GEMM N (the weights' side) into fewer tiles won (64x256 over 128x128:
+// 49.6 vs 52.7 us at 3x3 256->256), so each extra N tile costs 2%.
+double cutlass_conv_cost(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& k, int workers) {
+    const GemmShape s = gemm_shape(g, p.base.direction);
+    double cost = predicted_cost(k, s, false, workers, workers) * 1e-15;
+    cost *= 1.0 + 0.02 * (double)((s.n + k.tile_n - 1) / k.tile_n - 1);
+    if (k.schedule == 4) {
+        const bool plain_gemm = g.taps() == 1 && g.stride[0] * g.stride[1] * g.stride[2] == 1 &&
+                                g.pad[0] + g.pad[1] + g.pad[2] == 0;
+        cost *= !plain_gemm ? 3.0 : p.base.direction == TD_CONV_FWD ? 0.85 : 1.1;
+    }
+    return std::min(cost, 0.4);  // ahead of the tensor-core (0.5) and direct (>= 1) kernels
+}
+
 // The cost model's prediction for one kernel (arbitrary units; lower is faster).
 double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& k, int workers) {
     if (k.schedule == 2) return direct_cost(k, g, p.base.direction, workers);
     // tensor cores (bench/RESULTS.md, H200): 14x faster than the direct kernels at 16
     // channels per group, slower at 4 and 8: first from 16 up, else behind the direct ones
     if (k.schedule == 3) return k.micro_m >= 16 ? 0.5 : 1e6;
-    if (k.schedule == 4) return 0.1;  // dense: CUTLASS GEMM, where it applies (G = 1)
-    // dense: CUTLASS implicit-GEMM convolution (no im2col buffer) ahead of it; not yet
-    // measured (its variants are opt-in: bench/sweeps/sm90_conv_implicit.yaml)
-    if (k.schedule == 5) return 0.05;
+    if (k.schedule == 4 || k.schedule == 5) return cutlass_conv_cost(p, g, k, workers);
     return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,
                           p.base.split_k > 0 ? p.base.split_k : workers, workers);
 }

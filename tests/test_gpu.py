@@ -71,6 +71,27 @@ def test_every_gpu_kernel_matches_float64(kernel, gen):
     check(kernel, 1024, 1024, 1024, gen)
 
 
+@pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
+def test_repeated_runs_on_the_same_tensors_stay_correct(kernel, gen):
+    """The second and later launches of a kernel on the same pointers reuse the first one's
+    CUTLASS parameters (the host-time shortcut in gemm_sm90.cuh): each run is checked."""
+    d = td.Dispatcher("gemm", GPU)
+    M, N, K = 1024, 768, 512
+    a, b = operands(kernel, M, N, K, gen)
+    ld = lambda t: t.stride(0) if t.stride(1) == 1 else t.stride(1)  # noqa: E731
+    c = torch.empty((M, N), device="cuda", dtype=tdtype(kernel.dtype.out))
+    problem = td.GemmProblem(M, N, K, kernel.dtype, kernel.layout, ld(a), ld(b), N)
+    ref = a.double() @ b.double()
+    tol = reference.tolerance(kernel.dtype, K) * (a.double().abs() @ b.double().abs()) + reference.FLOOR
+    stream = torch.cuda.current_stream().cuda_stream
+    for attempt in range(3):
+        c.fill_(float("nan"))
+        d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(), kernel=kernel.name, stream=stream)
+        torch.cuda.synchronize()
+        bad = ~((c.double() - ref).abs() <= tol)
+        assert not bool(bad.any()), f"{kernel.name} run {attempt + 1}: {int(bad.sum())} of {M * N} outside tolerance"
+
+
 @pytest.mark.parametrize("kernel", [k for k in kernels() if k.variant is GemmVariant.STREAM_K],
                          ids=lambda k: k.name)
 @pytest.mark.parametrize("shape", [(512, 512, 16384), (384, 640, 4096), (4096, 128, 8192)])
@@ -129,6 +150,34 @@ def test_td_gemm_on_torch_tensors_runs_in_place_on_the_current_stream(dtype, gen
     mag = a.double().abs() @ b.double().abs()
     for got in (out, fresh):
         assert bool(((got.double() - ref).abs() <= reference.tolerance(dtype, K) * mag + 1e-30).all())
+
+
+def test_td_gemm_torch_fast_path_checks_every_call_and_keeps_layouts_apart(gen):
+    """The torch fast path caches its decisions under the tensors' metadata: a repeated call
+    with a wrong `out` still raises, and row-, column-major and padded operands of the same
+    sizes each get their own (correct) answer."""
+    M, N, K = 256, 192, 128
+    base = (torch.rand(M, K + 8, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+    variants = {"rcr": (base[:, :K].contiguous(), None), "padded A": (base[:, :K], None),
+                "rrr": (base[:, :K].contiguous(), "row-major B")}
+    bt = (torch.rand(N, K, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+    for label, (a, b_kind) in variants.items():
+        b = bt.t().contiguous() if b_kind else bt.t()
+        ref = a.double() @ b.double()
+        tol = reference.tolerance(DType.BF16, K) * (a.double().abs() @ b.double().abs()) + 1e-30
+        for _ in range(3):
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            got = td.gemm(a, b, out=out)
+            assert got is out
+            assert bool(((out.double() - ref).abs() <= tol).all()), label
+    a, b = variants["rcr"][0], bt.t()
+    for bad in (torch.empty((M, N), device="cuda", dtype=torch.float16),
+                torch.empty((M, N + 1), device="cuda", dtype=torch.bfloat16)):
+        for _ in range(2):
+            with pytest.raises(td.InvalidArgumentError):
+                td.gemm(a, b, out=bad)
+    with pytest.raises(td.InvalidArgumentError):
+        td.gemm(a, bt)  # (M, K) @ (N, K): inner sizes differ
 
 
 def test_td_gemm_on_numpy_takes_the_host_path(rng):

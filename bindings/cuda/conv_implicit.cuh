@@ -140,6 +140,12 @@ struct Sm90ImplicitConv {
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
         if (g.G != 1) { *why = "CUTLASS sm90 convolution takes dense problems (G = 1)"; return TD_UNSUPPORTED; }
         if (g.C % kAlign || g.K % kAlign) { *why = "C and K must be multiples of 8 (16-byte rows for TMA)"; return TD_UNSUPPORTED; }
+        // CUTLASS's sm90 dgrad accepts a stride above 1 in can_implement but computes a wrong
+        // dx (measured on the H200: 90% of the elements off); the direct kernels take those
+        if (Direction == TD_CONV_BWD_DATA && (g.stride[0] != 1 || g.stride[1] != 1 || g.stride[2] != 1)) {
+            *why = "CUTLASS sm90 dgrad is used at stride 1 only (it is wrong at larger strides)";
+            return TD_UNSUPPORTED;
+        }
         const int64_t biggest = std::max({g.N * g.in_pixels() * g.C, g.N * g.out_pixels() * g.K, g.K * g.taps() * g.C});
         if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
         Conv conv;

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 
 import numpy as np
 
@@ -76,7 +77,9 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
 
 
 _TORCH_FAST: dict = {}
-_PROBLEMS: dict = {}
+_FAST: dict = {}    # (the tensors' metadata, alpha, tuning environment) -> _FastEntry or False
+_TENSOR = None      # torch.Tensor, once a caller has passed one
+_ENV = os.environ._data if os.name == "posix" else None  # bytes keys: 40x faster than os.environ.get
 
 
 def _strided_order(strides, rows: int, cols: int):
@@ -89,54 +92,78 @@ def _strided_order(strides, rows: int, cols: int):
     return None
 
 
+def _tuning_environment() -> tuple:
+    """The environment variables that choose tuning tables (tile_engine.tuning.table_paths)."""
+    if _ENV is not None:
+        return (_ENV.get(b"TILEDISPATCH_TUNING"), _ENV.get(b"TILEDISPATCH_KERNELS_DIR"),
+                _ENV.get(b"TILEDISPATCH_NO_SHIPPED_TUNING"))
+    env = os.environ
+    return (env.get("TILEDISPATCH_TUNING"), env.get("TILEDISPATCH_KERNELS_DIR"),
+            env.get("TILEDISPATCH_NO_SHIPPED_TUNING"))
+
+
 def _torch_fast(a, b, out, alpha):
     """td.gemm on two torch CUDA tensors with the dispatcher's choice: the lean path that
-    keeps the host overhead near the cost of one ctypes call. None when it does not apply."""
+    keeps the host overhead near the cost of one ctypes call. Everything decided from the
+    tensors' metadata (checks, layout, the C problem struct, a tuning table's pick) is
+    cached under that metadata, so a repeated call reads a few attributes, looks up one
+    dict and calls C. None when the path does not apply (the general path then runs)."""
+    try:
+        M, K = a.shape
+        K2, N = b.shape
+    except ValueError:
+        return None
+    dev = a.get_device()
+    key = (a.dtype, b.dtype, M, K, K2, N, a.stride(), b.stride(), dev, b.get_device(),
+           None if out is None else (out.dtype, tuple(out.shape), out.stride(), out.get_device()),
+           alpha, _tuning_environment())
+    entry = _FAST.get(key)
+    if entry is None:
+        if len(_FAST) > 4096:
+            _FAST.clear()
+        entry = _FAST[key] = _fast_entry(a, b, out, alpha, dev) or False
+    if entry is False:
+        return None
+    problem, kernel, out_dtype, run, raw_stream, check = entry
+    if out is None:
+        out = _TORCH_FAST["torch"].empty((M, N), dtype=out_dtype, device=dev)
+    status = run(problem, kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0, raw_stream(dev), None)
+    if status:
+        check(status)
+    return out
+
+
+def _fast_entry(a, b, out, alpha, dev):
+    """The cached part of one _torch_fast call, or None where the lean path does not apply."""
     table = _TORCH_FAST.get("dtypes")
     if table is None:
         import torch
         table = _TORCH_FAST["dtypes"] = {getattr(torch, n.split(".")[1]): d for n, d in _TORCH_DTYPES.items()}
         _TORCH_FAST["torch"] = torch
-        _TORCH_FAST["raw_stream"] = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    torch = _TORCH_FAST["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _TORCH_FAST["raw_stream"] = raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
     dtype = table.get(a.dtype)
-    dev = a.device
-    if dtype is None or b.dtype != a.dtype or a.dim() != 2 or b.dim() != 2 or b.device != dev:
+    if dtype is None or b.dtype != a.dtype or dev < 0 or b.get_device() != dev:
         return None
-    M, K = a.shape
-    K2, N = b.shape
+    (M, K), (K2, N) = a.shape, b.shape
     if K != K2:
         return None
     a_order, b_order = _strided_order(a.stride(), M, K), _strided_order(b.stride(), K, N)
     if a_order is None or b_order is None:
         return None
     (a_row, lda), (b_row, ldb) = a_order, b_order
-    if out is None:
-        out = torch.empty((M, N), dtype=_TORCH_OUT[dtype], device=dev)
-    elif out.shape != (M, N) or out.dtype != _TORCH_OUT[dtype] or out.stride(1) != 1 or out.device != dev:
-        return None
-    index = dev.index
-    cached = _TORCH_FAST.get(("dispatcher", index))
-    if cached is None:
-        d = dispatcher("gemm", _device_target())
-        cached = _TORCH_FAST[("dispatcher", index)] = (d, d.lib.td_gemm_run)
-    d, run = cached
-    raw = _TORCH_FAST["raw_stream"]
-    stream = raw(index) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
+    out_dtype = _TORCH_OUT[dtype]
+    ldc = N
+    if out is not None:
+        if tuple(out.shape) != (M, N) or out.dtype != out_dtype or out.stride(1) != 1 or out.get_device() != dev:
+            return None
+        ldc = out.stride(0)
+    d = dispatcher("gemm", _device_target())
     layout = _LAYOUT[(a_row, b_row)]
-    key = (M, N, K, dtype, layout, lda, ldb, out.stride(0), alpha)
-    problem = _PROBLEMS.get(key)
-    if problem is None:  # the C struct of a problem, made once (the ctypes constructor is slow)
-        if len(_PROBLEMS) > 4096:
-            _PROBLEMS.clear()
-        problem = _PROBLEMS[key] = ctypes.byref(_ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb,
-                                                                     key[7], alpha, 0, 0, 0))
+    problem = ctypes.byref(_ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb, ldc, alpha, 0, 0, 0))
     paths = tuning.table_paths(d.target)
-    kernel = _tuned_kernel(d, paths, key[:8]) if paths else None
-    status = run(problem, kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0, stream, None)
-    if status:
-        d.lib.check(status)
-    return out
+    kernel = _tuned_kernel(d, paths, (M, N, K, dtype, layout, lda, ldb, ldc)) if paths else None
+    return problem, kernel, out_dtype, d.lib.td_gemm_run, _TORCH_FAST["raw_stream"], d.lib.check
 
 
 _TUNED_CACHE: dict = {}
@@ -176,11 +203,16 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     ('rcr', 'rrr', 'crr', 'ccr') forces one, copying what does not match. `out`, when
     given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
     """
+    global _TENSOR
+    if type(a) is _TENSOR and type(b) is _TENSOR and kernel is None and layout is None and target is None \
+            and a.is_cuda and (out is None or type(out) is _TENSOR):
+        result = _torch_fast(a, b, out, alpha)
+        if result is not None:
+            return result
     if is_device_array(a) or is_device_array(b):
-        if kernel is None and layout is None and target is None and is_torch(a) and is_torch(b):
-            result = _torch_fast(a, b, out, alpha)
-            if result is not None:
-                return result
+        if _TENSOR is None and is_torch(a) and type(a).__name__ == "Tensor":
+            _TENSOR = type(a)
+            return gemm(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target)
         return _gemm_device(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or b.ndim != 2:
