@@ -56,23 +56,34 @@ double direct_cost(const KernelInfo& k, const ConvGeometry& g, int direction, in
 }
 
 // Dense problems (G = 1) on CUTLASS: the implicit-GEMM convolution (schedule 5) or a GEMM
-// over an im2col buffer (schedule 4), ranked by the GEMM model (waves of tiles) and always
-// ahead of the direct kernels (cost < 1). Measured on the H200 (bench/RESULTS.md): the
-// im2col path needs a buffer and runs 2-3x behind unless the problem is a plain GEMM
-// (1x1, stride 1, no padding), where its clustered GEMM beat the implicit kernel forward
-// (35 vs 40 us, ResNet 1x1 512->2048) but not backward; among implicit tiles, the one
-// that splits GEMM N (the weights' side) into fewer tiles won (64x256 over 128x128:
-// 49.6 vs 52.7 us at 3x3 256->256), so each extra N tile costs 2%.
+// over an im2col buffer (schedule 4), always ahead of the direct kernels (cost < 0.5).
+// Measured on the H200 (bench/RESULTS.md), three bands:
+//  [0.0, 0.1) im2col where the problem is a plain GEMM forward (1x1, stride 1, no padding):
+//             its clustered GEMM beat the implicit kernel (35.6 vs 40.4 us, ResNet 1x1
+//             512->2048), though not backward (49 vs 35 us bwd_data);
+//  [0.1, 0.2) the implicit kernels; forward and bwd_data by the GEMM wave model, each extra
+//             tile along GEMM N (the weights' side) costing 2% (64x256 beat 128x128 at 3x3
+//             256->256: 49.6 vs 52.7 us); bwd_weight (a short M x N, a long K) by the
+//             largest tile that still gives 45% of the SMs a tile, else the most tiles
+//             (3x3 256: 64x64 114 us over 128x128 120; 1x1 512->2048: 128x128 38 over 42);
+//  [0.2, 0.3) im2col elsewhere (2-3x behind: the buffer's write and read).
 double cutlass_conv_cost(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& k, int workers) {
     const GemmShape s = gemm_shape(g, p.base.direction);
-    double cost = predicted_cost(k, s, false, workers, workers) * 1e-15;
-    cost *= 1.0 + 0.02 * (double)((s.n + k.tile_n - 1) / k.tile_n - 1);
+    const auto band = [](double lo, double x) { return lo + 0.1 * x / (x + 1.0); };  // x >= 0, monotone
+    const int64_t tiles_n = (s.n + k.tile_n - 1) / k.tile_n;
     if (k.schedule == 4) {
         const bool plain_gemm = g.taps() == 1 && g.stride[0] * g.stride[1] * g.stride[2] == 1 &&
                                 g.pad[0] + g.pad[1] + g.pad[2] == 0;
-        cost *= !plain_gemm ? 3.0 : p.base.direction == TD_CONV_FWD ? 0.85 : 1.1;
+        const double x = predicted_cost(k, s, false, workers, workers) * 1e-9;
+        return band(plain_gemm && p.base.direction == TD_CONV_FWD ? 0.0 : 0.2, x);
     }
-    return std::min(cost, 0.4);  // ahead of the tensor-core (0.5) and direct (>= 1) kernels
+    if (p.base.direction == TD_CONV_BWD_WEIGHT) {
+        const double tiles = (double)s.batch * (double)((s.m + k.tile_m - 1) / k.tile_m) * (double)tiles_n;
+        const double area = (double)k.tile_m * k.tile_n;
+        return band(0.1, tiles >= 0.45 * workers ? 16384.0 / area : 100.0 + 1e4 / tiles);
+    }
+    const double x = predicted_cost(k, s, false, workers, workers) * 1e-9 * (1.0 + 0.02 * (double)(tiles_n - 1));
+    return band(0.1, x);
 }
 
 // The cost model's prediction for one kernel (arbitrary units; lower is faster).

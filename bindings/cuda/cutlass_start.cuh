@@ -12,15 +12,27 @@
 
 namespace td::cuda {
 
+// Launches an initialized operator. CUTLASS judges its launch by cudaGetLastError(), so an
+// error left pending by an earlier call of this library would fail a good launch: it is
+// cleared first. A failed launch names its grid (CUTLASS has already read the CUDA error).
+template <class Op>
+int cutlass_run(Op& op, cudaStream_t stream) {
+    const cudaError_t pending = cudaGetLastError();
+    if (op.run(stream) == cutlass::Status::kSuccess) return TD_OK;
+    const dim3 grid = Op::get_grid_shape(op.params());
+    std::string why = "kernel launch failed (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" +
+                      std::to_string(grid.z) + ")";
+    if (pending != cudaSuccess) why += std::string("; an earlier CUDA error was pending: ") + cudaGetErrorName(pending);
+    return fail(TD_ERROR, why);
+}
+
 template <class Op>
 int cutlass_start(Op& op, const typename Op::Arguments& args, void* workspace, cudaStream_t stream) {
     if (op.can_implement(args) != cutlass::Status::kSuccess)
         return fail(TD_REJECTED, "CUTLASS cannot implement this problem with this kernel");
     if (op.initialize(args, workspace, stream) != cutlass::Status::kSuccess)
         return fail(TD_ERROR, std::string("CUTLASS initialize failed: ") + cudaGetErrorString(cudaGetLastError()));
-    if (op.run(stream) != cutlass::Status::kSuccess)
-        return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(cudaGetLastError()));
-    return TD_OK;
+    return cutlass_run(op, stream);
 }
 
 }  // namespace td::cuda

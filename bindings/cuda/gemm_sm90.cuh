@@ -267,8 +267,7 @@ struct Sm90Gemm {
         const bool reusable = lib_bytes == 0 && cudaGetDevice(&device) == cudaSuccess;
         if (reusable && last.valid && same_problem(last.p, p) && last.a == ka && last.b == kb && last.c == kc &&
             last.stream == stream && last.device == device) {
-            if (last.gemm.run(stream) != cutlass::Status::kSuccess)
-                return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(cudaGetLastError()));
+            if (int st = cutlass_run(last.gemm, stream)) return st;
         } else {
             last.valid = false;
             if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream))
