@@ -80,6 +80,63 @@ def vendor(a, b, dtype):
     return lambda: torch.matmul(a, b)
 
 
+def host_overhead(d, timer) -> tuple:
+    # host overhead of one td.gemm call on torch tensors, two ways:
+    #  burst: the host time per call of 200 calls issued without a sync (fewer than the
+    #    launch queue holds, so the GPU never pushes back): pure host cost;
+    #  sync: one call + synchronize, median, minus the kernel's own event time: what a
+    #    caller waits beyond the kernel (launch latency included, for torch too).
+    a, b = operands(256, 256, 256, DType.BF16)
+    out = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
+    calls = {"td.gemm": lambda: td.gemm(a, b, out=out), "torch.matmul": lambda: torch.matmul(a, b, out=out)}
+    import ctypes
+    from tiledispatch import _ffi
+    cp = _ffi.TdGemmProblem(256, 256, 256, DType.BF16.code, 0, a.stride(0), b.stride(1), out.stride(0), 1.0, 0, 0, 0)
+    run, ref, pa, pb, pc = d.lib.td_gemm_run, ctypes.byref(cp), a.data_ptr(), b.data_ptr(), out.data_ptr()
+    stream = torch.cuda.current_stream().cuda_stream
+    named = d.select(td.GemmProblem(256, 256, 256, DType.BF16, "rcr", a.stride(0), b.stride(1), out.stride(0))).encode()
+    calls["C call, selection in C"] = lambda: run(ref, None, pa, pb, pc, None, 0, stream, None)
+    calls["C call, kernel named"] = lambda: run(ref, named, pa, pb, pc, None, 0, stream, None)
+    calls["torch out.zero_() (calibration)"] = lambda: out.zero_()  # one bare kernel launch through torch
+    warm = []  # the kernel's own time with warm L2, as in the sync loop below
+    for _ in range(200):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(100000)  # the GPU busy while the host issues the launch: events time the kernel only
+        e0.record()
+        calls["td.gemm"]()
+        e1.record()
+        e1.synchronize()
+        warm.append(e0.elapsed_time(e1) * 1e3)
+    kernel_us = statistics.median(warm)
+    host = {}
+    for label, call in calls.items():
+        for _ in range(50):
+            call()
+        bursts, syncs = [], []
+        for _ in range(25):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                call()
+            bursts.append((time.perf_counter() - t0) / 200 * 1e6)
+            torch.cuda.synchronize()
+            for _ in range(20):
+                t0 = time.perf_counter()
+                call()
+                torch.cuda.synchronize()
+                syncs.append((time.perf_counter() - t0) * 1e6)
+        host[label] = {"burst_us": statistics.median(bursts), "sync_us": statistics.median(syncs)}
+    for label, fn in (("ctypes call alone", lambda f=d.lib.td_abi_version: f()),
+                      ("C supports check, no launch", lambda f=d.lib.td_gemm_is_supported: f(ref, named))):
+        t0 = time.perf_counter()
+        for _ in range(20000):
+            fn()
+        host[label] = {"burst_us": (time.perf_counter() - t0) / 20000 * 1e6}
+    host_td = host["td.gemm"]["burst_us"]
+    host_torch = host["torch.matmul"]["burst_us"]
+    return host, kernel_us, host_td, host_torch
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp8_e4m3"])
@@ -94,6 +151,8 @@ def main() -> int:
     print(f"device {torch.cuda.get_device_name()}, target {d.target}, {len(d.kernels)} kernels", flush=True)
     tables = tuning.table_paths(d.target)
     print(f"tuning tables: {', '.join(tables) if tables else 'none (the cost model picks)'}", flush=True)
+    host, kernel_us, host_td, host_torch = host_overhead(d, timer)  # first: a cut-short run still has it
+    print(f"host: td.gemm {host_td:.1f} us per call, torch.matmul {host_torch:.1f} us (burst)", flush=True)
     stream = torch.cuda.current_stream().cuda_stream
     rows, records, failures = [], [], []
     shapes = SHAPES if args.shapes == "suite" else SHAPES[:4]
@@ -192,59 +251,6 @@ def main() -> int:
                                                              for (n, z), t in times.items()}})
             del a, b, c
 
-    # host overhead of one td.gemm call on torch tensors, two ways:
-    #  burst: the host time per call of 200 calls issued without a sync (fewer than the
-    #    launch queue holds, so the GPU never pushes back): pure host cost;
-    #  sync: one call + synchronize, median, minus the kernel's own event time: what a
-    #    caller waits beyond the kernel (launch latency included, for torch too).
-    a, b = operands(256, 256, 256, DType.BF16)
-    out = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
-    calls = {"td.gemm": lambda: td.gemm(a, b, out=out), "torch.matmul": lambda: torch.matmul(a, b, out=out)}
-    import ctypes
-    from tiledispatch import _ffi
-    cp = _ffi.TdGemmProblem(256, 256, 256, DType.BF16.code, 0, a.stride(0), b.stride(1), out.stride(0), 1.0, 0, 0, 0)
-    run, ref, pa, pb, pc = d.lib.td_gemm_run, ctypes.byref(cp), a.data_ptr(), b.data_ptr(), out.data_ptr()
-    stream = torch.cuda.current_stream().cuda_stream
-    named = d.select(td.GemmProblem(256, 256, 256, DType.BF16, "rcr", a.stride(0), b.stride(1), out.stride(0))).encode()
-    calls["C call, selection in C"] = lambda: run(ref, None, pa, pb, pc, None, 0, stream, None)
-    calls["C call, kernel named"] = lambda: run(ref, named, pa, pb, pc, None, 0, stream, None)
-    calls["torch out.zero_() (calibration)"] = lambda: out.zero_()  # one bare kernel launch through torch
-    warm = []  # the kernel's own time with warm L2, as in the sync loop below
-    for _ in range(200):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(100000)  # the GPU busy while the host issues the launch: events time the kernel only
-        e0.record()
-        calls["td.gemm"]()
-        e1.record()
-        e1.synchronize()
-        warm.append(e0.elapsed_time(e1) * 1e3)
-    kernel_us = statistics.median(warm)
-    host = {}
-    for label, call in calls.items():
-        for _ in range(50):
-            call()
-        bursts, syncs = [], []
-        for _ in range(25):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(200):
-                call()
-            bursts.append((time.perf_counter() - t0) / 200 * 1e6)
-            torch.cuda.synchronize()
-            for _ in range(20):
-                t0 = time.perf_counter()
-                call()
-                torch.cuda.synchronize()
-                syncs.append((time.perf_counter() - t0) * 1e6)
-        host[label] = {"burst_us": statistics.median(bursts), "sync_us": statistics.median(syncs)}
-    for label, fn in (("ctypes call alone", lambda f=d.lib.td_abi_version: f()),
-                      ("C supports check, no launch", lambda f=d.lib.td_gemm_is_supported: f(ref, named))):
-        t0 = time.perf_counter()
-        for _ in range(20000):
-            fn()
-        host[label] = {"burst_us": (time.perf_counter() - t0) / 20000 * 1e6}
-    host_td = host["td.gemm"]["burst_us"]
-    host_torch = host["torch.matmul"]["burst_us"]
 
     print("\nsummary (ratio = TFLOP/s over torch in the same run)")
     if failures:
