@@ -66,6 +66,7 @@ double direct_cost(const KernelInfo& k, const ConvGeometry& g, int direction, in
 //             256->256: 49.6 vs 52.7 us); bwd_weight (a short M x N, a long K) by the
 //             largest tile that still gives 45% of the SMs a tile, else the most tiles
 //             (3x3 256: 64x64 114 us over 128x128 120; 1x1 512->2048: 128x128 38 over 42);
+//             a batch split multiplies a kernel's tiles (not yet measured);
 //  [0.2, 0.3) im2col elsewhere (2-3x behind: the buffer's write and read).
 double cutlass_conv_cost(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& k, int workers) {
     const GemmShape s = gemm_shape(g, p.base.direction);
@@ -78,9 +79,13 @@ double cutlass_conv_cost(const TdConvProblem& p, const ConvGeometry& g, const Ke
         return band(plain_gemm && p.base.direction == TD_CONV_FWD ? 0.0 : 0.2, x);
     }
     if (p.base.direction == TD_CONV_BWD_WEIGHT) {
-        const double tiles = (double)s.batch * (double)((s.m + k.tile_m - 1) / k.tile_m) * (double)tiles_n;
+        // a batch split (reduction > 1, bench/sweeps/sm90_conv_wgrad_split.yaml, not yet
+        // measured) multiplies the tiles; among kernels that fill, each step of split costs
+        // a little (its fp32 partials and concurrent launches)
+        const int split = k.reduction > 1 ? k.reduction : 1;
+        const double tiles = (double)s.batch * (double)((s.m + k.tile_m - 1) / k.tile_m) * (double)tiles_n * split;
         const double area = (double)k.tile_m * k.tile_n;
-        return band(0.1, tiles >= 0.45 * workers ? 16384.0 / area : 100.0 + 1e4 / tiles);
+        return band(0.1, tiles >= 0.45 * workers ? 16384.0 / area + 0.1 * (split - 1) : 100.0 + 1e4 / tiles);
     }
     const double x = predicted_cost(k, s, false, workers, workers) * 1e-9 * (1.0 + 0.02 * (double)(tiles_n - 1));
     return band(0.1, x);

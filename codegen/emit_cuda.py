@@ -20,7 +20,8 @@ def emit(config) -> str:
         if k.algorithm == "implicit":
             tm, tn, tk = config.tile
             return definition(config, "cuda/conv_implicit.cuh",
-                              f"cuda::Sm90ImplicitConv<{head}, {tm}, {tn}, {tk}, {k.cluster_m}, {k.cluster_n}>")
+                              f"cuda::Sm90ImplicitConv<{head}, {tm}, {tn}, {tk}, {k.cluster_m}, {k.cluster_n}"
+                              + (f", {k.split}>" if k.split > 1 else ">"))
         if k.algorithm == "mma":
             return definition(config, "cuda/conv_mma.cuh",
                               f"cuda::Sm90MmaConv<{head}, {k.channels_per_group}, {config.tile[0]}>")

@@ -101,6 +101,7 @@ def _parse_tiles(container, path):
 
 PAIR_KNOBS = ("micro_tile", "cluster")
 TRIPLE_KNOBS = ("wave_shape", "warp_tile")
+INT_KNOBS = ("channels_per_group", "split")  # integers (channels_per_group also takes "any")
 
 
 def _parse_knobs(group, path):
@@ -131,7 +132,7 @@ def _parse_knobs(group, path):
             else:
                 items = _as_list(sub, key, path)
                 for item, item_line in items:
-                    if key == "channels_per_group" and isinstance(item, int) and not isinstance(item, bool):
+                    if key in INT_KNOBS and isinstance(item, int) and not isinstance(item, bool):
                         continue
                     if not isinstance(item, str):
                         raise _error(f"'{key}' takes strings, got {item!r}", item_line, path)

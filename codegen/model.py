@@ -286,8 +286,9 @@ class CudaKnobs:
     algorithm `cutlass` (GEMM): CUTLASS sm90 cluster shape, kernel schedule, epilogue
     schedule, and whether misaligned operands are staged through aligned copies.
     algorithm `implicit` (dense convolution): CUTLASS sm90 implicit-GEMM convolution
-    (bindings/cuda/conv_implicit.cuh): cluster shape only (CUTLASS has one sm90 conv kernel
-    schedule, the non-persistent warp-specialized one).
+    (bindings/cuda/conv_implicit.cuh): cluster shape (CUTLASS has one sm90 conv kernel
+    schedule, the non-persistent warp-specialized one) and, for bwd_weight, `split`: the
+    batch split into that many concurrent CUTLASS launches with fp32 partials.
     algorithm `direct` (convolution): our own direct kernels (bindings/cuda/conv_direct.cuh),
     specialised for `channels_per_group` input = output channels per group (0: any, a
     generic kernel with run-time channel counts). A direct kernel's tile is
@@ -300,13 +301,15 @@ class CudaKnobs:
     pad: bool = False              # misaligned: reject (False) | pad (True)
     algorithm: str = "cutlass"     # cutlass | direct | mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32
+    split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
     ALGORITHMS = ("cutlass", "direct", "mma", "im2col", "implicit")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
-    YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned")
+    YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned", "split")
+    SPLITS = (1, 2, 4, 8)
 
     def __post_init__(self):
         if self.schedule not in self.SCHEDULES:
@@ -319,6 +322,10 @@ class CudaKnobs:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16, 32 (mma)")
+        if self.split not in self.SPLITS:
+            raise ValueError(f"split {self.split!r} not one of 1, 2, 4, 8")
+        if self.split != 1 and self.algorithm != "implicit":
+            raise ValueError("split applies only to algorithm implicit")
 
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
@@ -341,11 +348,13 @@ class CudaKnobs:
             raise ValueError(f"unknown misaligned '{misaligned}' (expected reject or pad)")
         if algorithm == "im2col" and (values.get("epilogue", "tma") != "tma" or misaligned != "reject"):
             raise ValueError("algorithm im2col takes cluster and schedule only")
-        if algorithm == "implicit" and set(values) - {"algorithm", "cluster"}:
-            raise ValueError("algorithm implicit takes cluster only (CUTLASS's sm90 convolution has one "
+        if algorithm == "implicit" and set(values) - {"algorithm", "cluster", "split"}:
+            raise ValueError("algorithm implicit takes cluster and split only (CUTLASS's sm90 convolution has one "
                              "kernel schedule)")
+        if "split" in values and algorithm != "implicit":
+            raise ValueError("split applies only to algorithm implicit")
         return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
-                   values.get("epilogue", "tma"), misaligned == "pad", algorithm)
+                   values.get("epilogue", "tma"), misaligned == "pad", algorithm, split=values.get("split", 1))
 
     @property
     def token(self) -> str:
@@ -356,7 +365,7 @@ class CudaKnobs:
         if self.algorithm == "im2col":
             return f"im2col_c{self.cluster_m}x{self.cluster_n}_{self.SCHEDULES[self.schedule]}"
         if self.algorithm == "implicit":
-            return f"implicit_c{self.cluster_m}x{self.cluster_n}"
+            return f"implicit_c{self.cluster_m}x{self.cluster_n}" + (f"_s{self.split}" if self.split > 1 else "")
         parts = [f"c{self.cluster_m}x{self.cluster_n}", self.SCHEDULES[self.schedule]]
         if self.epilogue != "tma":
             parts.append(self.epilogue)
@@ -376,9 +385,10 @@ class CudaKnobs:
         if im2col:
             schedule = {v: k for k, v in cls.SCHEDULES.items()}[im2col.group(3)]
             return cls(int(im2col.group(1)), int(im2col.group(2)), schedule, algorithm="im2col")
-        implicit = re.fullmatch(r"implicit_c(\d+)x(\d+)", token)
+        implicit = re.fullmatch(r"implicit_c(\d+)x(\d+)(?:_s(\d+))?", token)
         if implicit:
-            return cls(int(implicit.group(1)), int(implicit.group(2)), algorithm="implicit")
+            return cls(int(implicit.group(1)), int(implicit.group(2)), algorithm="implicit",
+                       split=int(implicit.group(3) or 1))
         match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?", token)
         if not match:
             raise ValueError(f"bad cuda knob token '{token}'")
@@ -409,6 +419,8 @@ class CudaKnobs:
                 out.append(f"implicit conv tile M {tm} not one of 64, 128, 256")
             if tm * tn > 128 * 128:  # ptxas serializes wgmma beyond that (warning C7511)
                 out.append(f"implicit conv tile {tm}x{tn} holds too many accumulators for its one consumer warp group")
+            if self.split > 1 and direction is not Direction.BWD_WEIGHT:
+                out.append("split (a batch split with fp32 partials) applies to bwd_weight only")
             return out
         if self.algorithm != "direct":
             return ["convolution on the cuda backend uses algorithm direct, mma, im2col or implicit"]
@@ -710,7 +722,8 @@ def knobs_dict(knobs) -> dict:
     if knobs.algorithm == "im2col":
         return {"algorithm": "im2col", "cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule}
     if knobs.algorithm == "implicit":
-        return {"algorithm": "implicit", "cluster": [knobs.cluster_m, knobs.cluster_n]}
+        return {"algorithm": "implicit", "cluster": [knobs.cluster_m, knobs.cluster_n],
+                **({"split": knobs.split} if knobs.split > 1 else {})}
     if knobs.algorithm in ("direct", "mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,

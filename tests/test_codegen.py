@@ -275,13 +275,30 @@ def test_implicit_conv_variants_expand_and_names_round_trip():
         assert config_from_name(c.name) == c
 
 
+def test_wgrad_split_manifest_expands_and_names_round_trip():
+    """The opt-in batch-split bwd_weight variants (not yet run on a GPU): split 2 and 4 in
+    the name and the knobs, parsed back to the same config; the default manifest has none."""
+    configs = expand(load_manifest(ROOT / "bench/sweeps/sm90_conv_wgrad_split.yaml"), ["sm_90a"]).configs
+    split = [c for c in configs if c.knobs.split > 1]
+    assert len(split) == 3 * 2 * 2 and {c.knobs.split for c in split} == {2, 4}
+    names = {c.name for c in split}
+    assert "conv_bwdweight_nhwgc_bf16_128x128x64_implicit_c1x1_s4_sm90a" in names
+    for c in configs:
+        assert config_from_name(c.name) == c
+    default = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
+    assert all(c.knobs.split == 1 for c in default if hasattr(c.knobs, "split"))
+
+
 @pytest.mark.parametrize("knobs, tile, why", [
     ("{algorithm: direct, channels_per_group: 3}", "[4, 8, 128]", "channels_per_group 3 not one of"),
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
     ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, mma, im2col or implicit"),
-    ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster only"),
+    ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster and split only"),
+    ("{algorithm: implicit, split: 2}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
+    ("{algorithm: implicit, split: 3}", "[128, 128, 64]", "split 3 not one of 1, 2, 4, 8"),
+    ("{algorithm: im2col, split: 2}", "[128, 256, 64]", "split applies only to algorithm implicit"),
     ("{algorithm: implicit}", "[128, 128, 32]", "tile"),
     ("{algorithm: implicit}", "[128, 256, 64]", "too many accumulators"),
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),

@@ -147,11 +147,30 @@ def test_tiled_direct_kernels_on_many_channels_and_tiles(kernel, gen):
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     G, C, K = geometry(kernel)
-    ran = [run_case(kernel, gen, 3, G, C, K, inp, fil, st, pad, dil) for inp, fil, st, pad, dil in CASES[kernel.ndim]]
+    N = 5 if split_of(kernel) > 1 else 3  # a batch split needs an image per slice
+    ran = [run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil) for inp, fil, st, pad, dil in CASES[kernel.ndim]]
     assert ran[0], f"{kernel.name} refused the plain stride-1 case"
     if kernel.knobs.algorithm == "im2col":  # the pointwise path (no im2col buffer) too
         one = tuple(1 for _ in range(kernel.ndim))
         assert run_case(kernel, gen, 2, G, C, K, CASES[kernel.ndim][0][0], one, one, tuple(0 for _ in one), one)
+
+
+def split_of(kernel) -> int:
+    return getattr(kernel.knobs, "split", 1)
+
+
+@pytest.mark.parametrize("kernel", [k for k in kernels() if split_of(k) > 1], ids=lambda k: k.name)
+def test_batch_split_bwd_weight_matches_float64(kernel, gen):
+    """bwd_weight over batch slices (concurrent CUTLASS wgrads with fp32 partials, one
+    reduce): as many images as slices, uneven slices, a longer batch; too few images refused."""
+    split = split_of(kernel)
+    for N in (split, split + 3, 4 * split + 1):
+        for inp, fil, st, pad, dil in CASES[kernel.ndim]:
+            assert run_case(kernel, gen, N, 1, 16, 24, inp, fil, st, pad, dil), (kernel.name, N, inp)
+    one = tuple(1 for _ in range(kernel.ndim))
+    few = td.ConvProblem(split - 1, 1, 16, 24, CASES[kernel.ndim][0][0], CASES[kernel.ndim][0][1], one, one, one,
+                         "bwd_weight", kernel.dtype)
+    assert td.Dispatcher("conv", GPU).is_supported(few, kernel=kernel.name) is False
 
 
 def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):

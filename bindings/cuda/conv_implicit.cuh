@@ -4,13 +4,21 @@
 //   fwd        A = x (N D H W C), B = w (K Z Y X C), D = y (N Do Ho Wo K)
 //   bwd_data   A = dy, B = w, D = dx
 //   bwd_weight A = dy, B = x, D = dw
-// Our channels-last layouts at G = 1 are exactly CUTLASS's NDHWC / KTRSC. Status: compiled
-// (CI), not yet run on a GPU; its variants live in bench/sweeps/sm90_conv_implicit.yaml until
-// they are verified on the H200.
+// Our channels-last layouts at G = 1 are exactly CUTLASS's NDHWC / KTRSC. Verified on the
+// H200 (tests/test_gpu_conv.py, bench/RESULTS.md); dgrad is wrong in CUTLASS at stride > 1
+// and refused there.
+//
+// Split > 1 (bwd_weight only): CUTLASS's sm90 conv kernel is non-persistent with no stream-K,
+// so a wgrad with few output tiles (3x3 256->256: 36 tiles of 128x128 for 132 SMs) leaves
+// the GPU idle. The batch is split into Split slices, each a CUTLASS wgrad with fp32 output
+// into its own partial on its own stream (fork/join with events off the caller's stream),
+// and the partials are added in a fixed order (deterministic). NOT YET RUN ON A GPU: its
+// variants are in the opt-in manifest bench/sweeps/sm90_conv_wgrad_split.yaml.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <string>
 
 #include "cutlass/kernel_hardware_info.hpp"
@@ -40,8 +48,36 @@ template <> struct CutlassConvLayout<1> { using Act = cutlass::layout::TensorNWC
 template <> struct CutlassConvLayout<2> { using Act = cutlass::layout::TensorNHWC; using Flt = cutlass::layout::TensorKCSR; };
 template <> struct CutlassConvLayout<3> { using Act = cutlass::layout::TensorNDHWC; using Flt = cutlass::layout::TensorKCSRT; };
 
-template <int DType, int Ndim, int Direction, int TM, int TN, int TK, int CM, int CN>
+// Fork/join streams of one thread and device: the split wgrad's slices run on them
+// concurrently, ordered after the caller's stream by `fork` and before it again by `join`.
+struct ForkJoin {
+    static constexpr int kMax = 8;
+    cudaStream_t side[kMax] = {};
+    cudaEvent_t fork = nullptr, join[kMax] = {};
+};
+
+inline int fork_join(ForkJoin** out) {
+    static thread_local std::map<int, ForkJoin> by_device;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return fail(TD_ERROR, "cudaGetDevice failed");
+    auto found = by_device.find(device);
+    if (found == by_device.end()) {
+        ForkJoin f;
+        bool ok = cudaEventCreateWithFlags(&f.fork, cudaEventDisableTiming) == cudaSuccess;
+        for (int i = 0; ok && i < ForkJoin::kMax; ++i)
+            ok = cudaStreamCreateWithFlags(&f.side[i], cudaStreamNonBlocking) == cudaSuccess &&
+                 cudaEventCreateWithFlags(&f.join[i], cudaEventDisableTiming) == cudaSuccess;
+        if (!ok) return fail(TD_ERROR, std::string("creating the split's streams: ") + cudaGetErrorString(cudaGetLastError()));
+        found = by_device.emplace(device, f).first;
+    }
+    *out = &found->second;
+    return TD_OK;
+}
+
+template <int DType, int Ndim, int Direction, int TM, int TN, int TK, int CM, int CN, int Split = 1>
 struct Sm90ImplicitConv {
+    static_assert(Split == 1 || Direction == TD_CONV_BWD_WEIGHT, "the batch split is for bwd_weight only");
+    static_assert(Split >= 1 && Split <= ForkJoin::kMax, "split 1..8");
     using Element = typename CutlassConvElement<DType>::T;
     using Layout = typename CutlassConvLayout<Ndim>::Act;
     using LayoutOut = cute::conditional_t<Direction == TD_CONV_BWD_WEIGHT, typename CutlassConvLayout<Ndim>::Flt, Layout>;
@@ -56,20 +92,31 @@ struct Sm90ImplicitConv {
     // CUTLASS's one sm90 conv schedule (its persistent ones are not supported for conv)
     using Schedule = cutlass::conv::KernelImplicitTmaWarpSpecializedSm90;
     using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-    using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-        cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, LayoutOut, kAlign, Element, LayoutOut,
-        kAlign,
-        EpilogueSchedule>::CollectiveOp;
-    using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, kOp, Element, Layout, kAlign, Element, Layout, kAlign,
-        float, TileShape, ClusterShape,
-        cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
-            sizeof(typename CollectiveEpilogue::SharedStorage))>,
-        Schedule>::CollectiveOp;
-    using ProblemShape = cutlass::conv::ConvProblemShape<kOp, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
-    using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
-    using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
+
+    // The CUTLASS operator writing Out (Element; fp32 for the split's partials).
+    template <class Out>
+    struct Build {
+        using ElementOut = Out;
+        static constexpr int kAlignOut = 16 / sizeof(Out);
+        using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+            cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+            cutlass::epilogue::collective::EpilogueTileAuto, float, float, Out, LayoutOut, kAlignOut, Out, LayoutOut,
+            kAlignOut, EpilogueSchedule>::CollectiveOp;
+        using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+            cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, kOp, Element, Layout, kAlign, Element, Layout, kAlign,
+            float, TileShape, ClusterShape,
+            cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
+                sizeof(typename CollectiveEpilogue::SharedStorage))>,
+            Schedule>::CollectiveOp;
+        using ProblemShape =
+            cutlass::conv::ConvProblemShape<kOp, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
+        using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+        using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
+    };
+    using Main = Build<Element>;
+    using Partial = Build<float>;  // instantiated only where Split > 1
+    using Conv = typename Main::Conv;
+    using ProblemShape = typename Main::ProblemShape;
 
     // CUTLASS's problem: the activation (N, spatial, C) and filter (K, spatial, C) shapes,
     // padding, stride, dilation, one group; spatial dimensions outermost first.
@@ -106,12 +153,13 @@ struct Sm90ImplicitConv {
         }
     }
 
-    static typename Conv::Arguments arguments(const ConvGeometry& g, const void* a, const void* b, void* d) {
+    template <class B = Main>
+    static typename B::Conv::Arguments arguments(const ConvGeometry& g, const void* a, const void* b, void* d) {
         const ProblemShape shape = problem_shape(g);
-        const auto sc = output_stride<typename Kernel::StrideC>(shape);
-        const auto sd = output_stride<typename Kernel::StrideD>(shape);
-        auto* out = static_cast<Element*>(d);
-        return typename Conv::Arguments{
+        const auto sc = output_stride<typename B::Kernel::StrideC>(shape);
+        const auto sd = output_stride<typename B::Kernel::StrideD>(shape);
+        auto* out = static_cast<typename B::ElementOut*>(d);
+        return typename B::Conv::Arguments{
             shape,
             {static_cast<const Element*>(a), static_cast<const Element*>(b)},
             {{1.0f, 0.0f}, out, sc, out, sd}};  // beta 0: C is never read
@@ -135,6 +183,13 @@ struct Sm90ImplicitConv {
         return bytes;
     }
 
+    // The split's slice j of the batch: images [N j / Split, N (j + 1) / Split).
+    static int64_t slice_begin(int64_t n, int j) { return n * j / Split; }
+    // The split's fp32 partials, one dw each.
+    static size_t partial_bytes(const ConvGeometry& g) {
+        return (size_t)((Split * g.K * g.taps() * g.C * (int64_t)sizeof(float) + 255) / 256 * 256);
+    }
+
     static int supports(const TdConvProblem& p, std::string* why) {
         ConvGeometry g{};
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
@@ -146,11 +201,23 @@ struct Sm90ImplicitConv {
             *why = "CUTLASS sm90 dgrad is used at stride 1 only (it is wrong at larger strides)";
             return TD_UNSUPPORTED;
         }
+        if (g.N < Split) { *why = "fewer images than the batch split"; return TD_UNSUPPORTED; }
         const int64_t biggest = std::max({g.N * g.in_pixels() * g.C, g.N * g.out_pixels() * g.K, g.K * g.taps() * g.C});
         if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
-        Conv conv;
         // can_implement looks at the shapes (TMA im2col limits, channel alignment), not at data
-        if (conv.can_implement(arguments(g, placeholder(), placeholder(), placeholder())) != cutlass::Status::kSuccess) {
+        bool ok;
+        if constexpr (Split == 1) {
+            Conv conv;
+            ok = conv.can_implement(arguments(g, placeholder(), placeholder(), placeholder())) == cutlass::Status::kSuccess;
+        } else {
+            typename Partial::Conv conv;
+            ConvGeometry slice = g;
+            slice.N = slice_begin(g.N, 1);  // the smallest slice
+            ok = conv.can_implement(arguments<Partial>(slice, placeholder(), placeholder(), placeholder())) ==
+                     cutlass::Status::kSuccess &&
+                 Partial::Conv::get_workspace_size(arguments<Partial>(g, placeholder(), placeholder(), placeholder())) == 0;
+        }
+        if (!ok) {
             *why = "CUTLASS cannot implement this problem with this kernel";
             return TD_UNSUPPORTED;
         }
@@ -160,6 +227,7 @@ struct Sm90ImplicitConv {
     static size_t workspace_size(const TdConvProblem& p) {
         ConvGeometry g{};
         if (!conv_geometry(p, &g).empty()) return 0;
+        if constexpr (Split > 1) return partial_bytes(g);
         return Conv::get_workspace_size(arguments(g, placeholder(), placeholder(), placeholder()));
     }
 
@@ -171,6 +239,7 @@ struct Sm90ImplicitConv {
         ConvGeometry g{};
         conv_geometry(p, &g);
         const Operands o = operands(in, wei, out);
+        if constexpr (Split > 1) return run_split(g, o, ws, ws_bytes, stream_ptr);
         const auto args = arguments(g, o.a, o.b, o.d);
         const size_t need = Conv::get_workspace_size(args);
         void* base = nullptr;
@@ -182,9 +251,57 @@ struct Sm90ImplicitConv {
         return TD_OK;
     }
 
-    // KernelInfo: schedule 5 = dense convolution through CUTLASS's implicit-GEMM convolution.
+    // bwd_weight over Split batch slices: A = dy and B = x of images [n0, n1), D = an fp32
+    // partial dw; the slices run concurrently on the fork/join streams, then one reduce on
+    // the caller's stream adds the partials in slice order into dw.
+    static int run_split(const ConvGeometry& g, const Operands& o, void* ws, size_t ws_bytes, void* stream_ptr) {
+        const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        const int64_t elems = g.K * g.taps() * g.C;
+        float* partial = nullptr;
+        if (int st = take_workspace(partial_bytes(g), ws, ws_bytes,
+                                    stream_ptr, reinterpret_cast<void**>(&partial)))
+            return st;
+        ForkJoin* fj = nullptr;
+        if (int st = fork_join(&fj)) return st;
+        if (cudaEventRecord(fj->fork, stream) != cudaSuccess)
+            return fail(TD_ERROR, std::string("cudaEventRecord: ") + cudaGetErrorString(cudaGetLastError()));
+        const auto* dy = static_cast<const Element*>(o.a);
+        const auto* x = static_cast<const Element*>(o.b);
+        int status = TD_OK;
+        for (int j = 0; j < Split; ++j) {
+            // every started slice is joined back, even after a failure, so the streams stay ordered
+            const cudaStream_t side = fj->side[j];
+            if (cudaStreamWaitEvent(side, fj->fork, 0) != cudaSuccess) {
+                status = fail(TD_ERROR, std::string("cudaStreamWaitEvent: ") + cudaGetErrorString(cudaGetLastError()));
+                break;
+            }
+            const int64_t n0 = slice_begin(g.N, j), n1 = slice_begin(g.N, j + 1);
+            ConvGeometry slice = g;
+            slice.N = n1 - n0;
+            typename Partial::Conv conv;
+            if (status == TD_OK)
+                status = cutlass_start(conv,
+                                       arguments<Partial>(slice, dy + n0 * g.out_pixels() * g.K,
+                                                          x + n0 * g.in_pixels() * g.C, partial + j * elems),
+                                       nullptr, side);
+            if (cudaEventRecord(fj->join[j], side) != cudaSuccess || cudaStreamWaitEvent(stream, fj->join[j], 0) != cudaSuccess) {
+                status = fail(TD_ERROR, std::string("joining the split: ") + cudaGetErrorString(cudaGetLastError()));
+                break;
+            }
+        }
+        if (status != TD_OK) return status;
+        using T = typename ConvElement<DType>::T;
+        conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
+            partial, static_cast<T*>(o.d), elems, Split);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
+        return TD_OK;
+    }
+
+    // KernelInfo: schedule 5 = dense convolution through CUTLASS's implicit-GEMM convolution;
+    // `reduction` carries the batch split (-1: none).
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, TN, TK, CM, CN, 5, 0},
+        return ConvKernel{{name, DType, Ndim, Direction, Split > 1 ? Split : -1, TM, TN, TK, CM, CN, 5, 0},
                           &supports, &workspace_size, &run};
     }
 };

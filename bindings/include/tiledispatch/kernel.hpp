@@ -16,7 +16,7 @@ struct KernelInfo {
     int dtype;      // enum td_dtype
     int layout;     // gemm: enum td_layout; conv: spatial rank 1/2/3
     int variant;    // gemm: 0 standard, 1 stream-K; conv: enum td_conv_direction
-    int reduction;  // stream-K: 0 atomic, 1 deterministic; otherwise -1
+    int reduction;  // stream-K: 0 atomic, 1 deterministic; cuda implicit conv: the batch split; otherwise -1
     int tile_m, tile_n, tile_k;
     int micro_m, micro_n;  // cpu: register micro tile; cuda: cluster shape
     int schedule;          // cuda: 0 cooperative, 1 ping-pong; cpu: 0
