@@ -80,7 +80,7 @@ def vendor(a, b, dtype):
     return lambda: torch.matmul(a, b)
 
 
-def host_overhead(d, timer) -> tuple:
+def host_overhead(d) -> tuple:
     # host overhead of one td.gemm call on torch tensors, two ways:
     #  burst: the host time per call of 200 calls issued without a sync (fewer than the
     #    launch queue holds, so the GPU never pushes back): pure host cost;
@@ -151,7 +151,7 @@ def main() -> int:
     print(f"device {torch.cuda.get_device_name()}, target {d.target}, {len(d.kernels)} kernels", flush=True)
     tables = tuning.table_paths(d.target)
     print(f"tuning tables: {', '.join(tables) if tables else 'none (the cost model picks)'}", flush=True)
-    host, kernel_us, host_td, host_torch = host_overhead(d, timer)  # first: a cut-short run still has it
+    host, kernel_us, host_td, host_torch = host_overhead(d)  # first: a cut-short run still has it
     print(f"host: td.gemm {host_td:.1f} us per call, torch.matmul {host_torch:.1f} us (burst)", flush=True)
     stream = torch.cuda.current_stream().cuda_stream
     rows, records, failures = [], [], []

@@ -601,6 +601,13 @@ __global__ void conv_bwd_weight_reduce(const float* __restrict__ partial, T* __r
     dw[e] = from_float<T>(total);
 }
 
+// TD_OK, or TD_ERROR naming the launch error of the kernels just launched.
+inline int launch_status() {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
+    return TD_OK;
+}
+
 // ---------------------------------------------------------------- generic (any C, K)
 template <class T>
 __global__ void conv_fwd_generic(DeviceGeometry g, const T* __restrict__ x, const T* __restrict__ w,
@@ -929,12 +936,6 @@ struct Sm90DirectConv {
             }
         }
         return launch_status();
-    }
-
-    static int launch_status() {
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
-        return TD_OK;
     }
 
     // KernelInfo: tile = (pixels, channels, threads), micro_m = channels per group (0: any),

@@ -245,10 +245,7 @@ struct Sm90ImplicitConv {
         void* base = nullptr;
         if (int st = take_workspace(need, ws, ws_bytes, stream_ptr, &base)) return st;
         Conv conv;
-        if (int st = cutlass_start(conv, args, need ? base : nullptr, stream)) return st;
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
-        return TD_OK;
+        return cutlass_start(conv, args, need ? base : nullptr, stream);
     }
 
     // bwd_weight over Split batch slices: A = dy and B = x of images [n0, n1), D = an fp32
@@ -293,9 +290,7 @@ struct Sm90ImplicitConv {
         using T = typename ConvElement<DType>::T;
         conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
             partial, static_cast<T*>(o.d), elems, Split);
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
-        return TD_OK;
+        return launch_status();
     }
 
     // KernelInfo: schedule 5 = dense convolution through CUTLASS's implicit-GEMM convolution;

@@ -204,9 +204,7 @@ struct Sm90MmaConv {
         const T* dy = static_cast<const T*>(out);
         T* dst = static_cast<T*>(Direction == TD_CONV_FWD ? out : const_cast<void*>(in));
         conv_mma<T, Direction, CPG, PM><<<blocks, 128, 0, static_cast<cudaStream_t>(stream_ptr)>>>(g, x, w, dy, dst);
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
-        return TD_OK;
+        return launch_status();
     }
 
     // KernelInfo: schedule 3 = tensor-core convolution, micro_m = channels per group.
