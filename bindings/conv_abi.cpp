@@ -1,5 +1,6 @@
 // The conv library's C ABI: the reference system's conv_dispatcher_* functions and td_conv_*.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -98,6 +99,13 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     // channels per group, slower at 4 and 8: first from 16 up, else behind the direct ones
     if (k.schedule == 3) return k.micro_m >= 16 ? 0.5 : 1e6;
     if (k.schedule == 4 || k.schedule == 5) return cutlass_conv_cost(p, g, k, workers);
+    // tensor cores from shared-memory tiles (conv_mma_tiled.cuh): ahead of the direct and
+    // the global-memory mma kernels; the nearest pixels per block to 128 (fwd, bwd_data) or
+    // 512 (bwd_weight: fewer partial rows) first. NOT YET MEASURED.
+    if (k.schedule == 6) {
+        const double want = p.base.direction == TD_CONV_BWD_WEIGHT ? 512.0 : 128.0;
+        return 0.4 + 0.001 * std::fabs(std::log2((double)k.tile_m / want));
+    }
     return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,
                           p.base.split_k > 0 ? p.base.split_k : workers, workers);
 }

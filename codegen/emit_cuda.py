@@ -1,6 +1,6 @@
 """cuda backend emitter: one .cu source per variant, instantiating bindings/cuda/gemm_sm90.cuh
-(GEMM through CUTLASS), conv_direct.cuh (our direct convolutions), conv_mma.cuh (tensor-core
-convolutions), conv_gemm.cuh (dense convolution through a CUTLASS GEMM) or conv_implicit.cuh
+(GEMM through CUTLASS), conv_direct.cuh (our direct convolutions), conv_mma.cuh and conv_mma_tiled.cuh
+(tensor-core convolutions), conv_gemm.cuh (dense convolution through a CUTLASS GEMM) or conv_implicit.cuh
 (dense convolution through CUTLASS's implicit-GEMM convolution)."""
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def emit(config) -> str:
             return definition(config, "cuda/conv_implicit.cuh",
                               f"cuda::Sm90ImplicitConv<{head}, {tm}, {tn}, {tk}, {k.cluster_m}, {k.cluster_n}"
                               + (f", {k.split}>" if k.split > 1 else ">"))
+        if k.algorithm == "tiled_mma":
+            return definition(config, "cuda/conv_mma_tiled.cuh",
+                              f"cuda::Sm90TcConv<{head}, {k.channels_per_group}, {config.tile[0]}>")
         if k.algorithm == "mma":
             return definition(config, "cuda/conv_mma.cuh",
                               f"cuda::Sm90MmaConv<{head}, {k.channels_per_group}, {config.tile[0]}>")

@@ -299,15 +299,16 @@ class CudaKnobs:
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
-    algorithm: str = "cutlass"     # cutlass | direct | mma | im2col | implicit
-    channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32
+    algorithm: str = "cutlass"     # cutlass | direct | mma | tiled_mma | im2col | implicit
+    channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct", "mma", "im2col", "implicit")
+    ALGORITHMS = ("cutlass", "direct", "mma", "tiled_mma", "im2col", "implicit")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
+    TILED_MMA_CPG = (2, 4, 8, 16)
     YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned", "split")
     SPLITS = (1, 2, 4, 8)
 
@@ -317,11 +318,14 @@ class CudaKnobs:
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
-            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, mma, im2col or implicit)")
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, mma, tiled_mma, im2col "
+                             "or implicit)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16, 32 (mma)")
+        if self.algorithm == "tiled_mma" and self.channels_per_group not in self.TILED_MMA_CPG:
+            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16 (tiled_mma)")
         if self.split not in self.SPLITS:
             raise ValueError(f"split {self.split!r} not one of 1, 2, 4, 8")
         if self.split != 1 and self.algorithm != "implicit":
@@ -330,7 +334,7 @@ class CudaKnobs:
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
         algorithm = values.get("algorithm", "cutlass")
-        if algorithm in ("direct", "mma"):
+        if algorithm in ("direct", "mma", "tiled_mma"):
             extra = set(values) - {"algorithm", "channels_per_group"}
             if extra:
                 raise ValueError(f"the {algorithm} algorithm takes no {', '.join(sorted(extra))}")
@@ -362,6 +366,8 @@ class CudaKnobs:
             return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
         if self.algorithm == "mma":
             return f"mma_cpg{self.channels_per_group}"
+        if self.algorithm == "tiled_mma":
+            return f"tiledmma_cpg{self.channels_per_group}"
         if self.algorithm == "im2col":
             return f"im2col_c{self.cluster_m}x{self.cluster_n}_{self.SCHEDULES[self.schedule]}"
         if self.algorithm == "implicit":
@@ -378,9 +384,9 @@ class CudaKnobs:
         direct = re.fullmatch(r"direct_(?:cpg(\d+)|anycpg)", token)
         if direct:
             return cls(algorithm="direct", channels_per_group=int(direct.group(1) or 0))
-        mma = re.fullmatch(r"mma_cpg(\d+)", token)
+        mma = re.fullmatch(r"(tiled)?mma_cpg(\d+)", token)
         if mma:
-            return cls(algorithm="mma", channels_per_group=int(mma.group(1)))
+            return cls(algorithm="tiled_mma" if mma.group(1) else "mma", channels_per_group=int(mma.group(2)))
         im2col = re.fullmatch(r"im2col_c(\d+)x(\d+)_(coop|pp)", token)
         if im2col:
             schedule = {v: k for k, v in cls.SCHEDULES.items()}[im2col.group(3)]
@@ -407,6 +413,8 @@ class CudaKnobs:
     def _direct_problems(self, dtype, direction, tile) -> list[str]:
         if self.algorithm == "mma":
             return self._mma_problems(dtype, direction, tile)
+        if self.algorithm == "tiled_mma":
+            return self._tiled_mma_problems(dtype, tile)
         if self.algorithm in ("im2col", "implicit") and dtype not in (DType.FP16, DType.BF16):
             return [f"{self.algorithm} convolution takes fp16 or bf16, not {dtype.key}"]
         if self.algorithm == "im2col":  # dense conv through a CUTLASS GEMM: the GEMM's rules
@@ -423,7 +431,7 @@ class CudaKnobs:
                 out.append("split (a batch split with fp32 partials) applies to bwd_weight only")
             return out
         if self.algorithm != "direct":
-            return ["convolution on the cuda backend uses algorithm direct, mma, im2col or implicit"]
+            return ["convolution on the cuda backend uses algorithm direct, mma, tiled_mma, im2col or implicit"]
         out = []
         pixels, chans, threads = tile
         cpg = self.channels_per_group
@@ -461,6 +469,17 @@ class CudaKnobs:
         want = (None, 8 * ((cpg + 7) // 8), 16)
         if tile[0] not in (16, 32, 64) or tile[1:] != want[1:]:
             out.append(f"mma tile must be [16|32|64, {want[1]}, 16] for {cpg} channels per group, not {list(tile)}")
+        return out
+
+    def _tiled_mma_problems(self, dtype, tile) -> list[str]:
+        """Tensor-core grouped conv from shared-memory tiles (bindings/cuda/conv_mma_tiled.cuh):
+        tile = (output pixels per block, 32 channels per block, 16 = the MMA's K); every direction."""
+        out = []
+        if dtype not in (DType.FP16, DType.BF16):
+            out.append(f"tiled_mma convolution kernels take fp16 or bf16, not {dtype.key}")
+        if tile[0] not in (64, 128, 256, 512) or tuple(tile[1:]) != (32, 16):
+            out.append(f"tiled_mma tile must be [64|128|256|512, 32, 16] (pixels per block, channels, MMA K), "
+                       f"not {list(tile)}")
         return out
 
     def _cutlass_tile_problems(self, dtype, tile) -> list[str]:
@@ -724,7 +743,7 @@ def knobs_dict(knobs) -> dict:
     if knobs.algorithm == "implicit":
         return {"algorithm": "implicit", "cluster": [knobs.cluster_m, knobs.cluster_n],
                 **({"split": knobs.split} if knobs.split > 1 else {})}
-    if knobs.algorithm in ("direct", "mma"):
+    if knobs.algorithm in ("direct", "mma", "tiled_mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,
             "epilogue": knobs.epilogue, "misaligned": "pad" if knobs.pad else "reject"}

@@ -262,6 +262,20 @@ def test_default_manifest_sm90a_direct_conv_variants():
     assert name in {c.name for c in convs} and config_from_name(name).knobs.algorithm == "direct"
 
 
+def test_tiled_mma_conv_variants_expand_and_names_round_trip():
+    """Tensor-core grouped conv from shared-memory tiles: every direction and rank, 4, 8 and
+    16 channels per group, two tiles per direction, bf16 and fp16; names parse back."""
+    configs = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
+               if c.knobs.algorithm == "tiled_mma"]
+    assert len(configs) == 3 * 3 * 3 * 2 * 2
+    assert {c.knobs.channels_per_group for c in configs} == {4, 8, 16}
+    names = {c.name for c in configs}
+    assert "conv_fwd_nhwgc_bf16_128x32x16_tiledmma_cpg8_sm90a" in names
+    assert "conv_bwdweight_ndhwgc_fp16_512x32x16_tiledmma_cpg16_sm90a" in names
+    for c in configs:
+        assert config_from_name(c.name) == c
+
+
 def test_implicit_conv_variants_expand_and_names_round_trip():
     """CUTLASS sm90 implicit-GEMM convolution in the default manifest: every direction and
     rank, two tiles each, bf16 and fp16, names parsed back to the same config."""
@@ -294,7 +308,7 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, mma, im2col or implicit"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, mma, tiled_mma, im2col or implicit"),
     ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster and split only"),
     ("{algorithm: implicit, split: 2}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
     ("{algorithm: implicit, split: 3}", "[128, 128, 64]", "split 3 not one of 1, 2, 4, 8"),
@@ -303,6 +317,9 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: implicit}", "[128, 256, 64]", "too many accumulators"),
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),
     ("{algorithm: mma, channels_per_group: 1}", "[32, 8, 16]", "not one of 2, 4, 8, 16, 32 (mma)"),
+    ("{algorithm: tiled_mma, channels_per_group: 32}", "[128, 32, 16]", "not one of 2, 4, 8, 16 (tiled_mma)"),
+    ("{algorithm: tiled_mma, channels_per_group: 8}", "[96, 32, 16]", "tiled_mma tile must be [64|128|256|512, 32, 16]"),
+    ("{algorithm: tiled_mma, channels_per_group: 8, cluster: [1, 1]}", "[128, 32, 16]", "takes no cluster"),
 ])
 def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):
     path = tmp_path / "k.yaml"

@@ -144,6 +144,25 @@ def test_tiled_direct_kernels_on_many_channels_and_tiles(kernel, gen):
             assert run_case(kernel, gen, 2, channels // cpg, cpg, cpg, inp, fil, st, pad, dil)
 
 
+# The tensor-core kernels from shared-memory tiles (conv_mma_tiled.cuh): 64 channels (blocks
+# of 32) and 144 (blocks of 16), images wider and taller than one tile, stride 2 with
+# dilation 2 (bwd_data refuses stride 2), 7x7 and 5x5 filters, 1D rows longer than a tile.
+TC_CASES = {
+    1: [((300,), (4,), (1,), (3,), (1,)), ((301,), (3,), (2,), (1,), (2,))],
+    **TILED_CASES,
+}
+
+
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "tiled_mma"], ids=lambda k: k.name)
+def test_tiled_mma_kernels_on_many_channels_and_tiles(kernel, gen):
+    cpg = kernel.knobs.channels_per_group
+    strided_data = kernel.direction is Direction.BWD_DATA
+    for channels in (64, 144):
+        for inp, fil, st, pad, dil in TC_CASES[kernel.ndim]:
+            ran = run_case(kernel, gen, 2, channels // cpg, cpg, cpg, inp, fil, st, pad, dil)
+            assert ran or (strided_data and max(st) > 1), (kernel.name, channels, inp, fil, st)
+
+
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     G, C, K = geometry(kernel)
@@ -175,8 +194,8 @@ def test_batch_split_bwd_weight_matches_float64(kernel, gen):
 
 def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
     d = td.Dispatcher("conv", GPU)
-    for C, direction, kind in ((1, "fwd", "direct"), (4, "bwd_data", "direct"), (8, "bwd_weight", "direct"),
-                               (16, "fwd", "mma"), (16, "bwd_data", "mma"), (2, "bwd_weight", "direct"),
+    for C, direction, kind in ((1, "fwd", "direct"), (4, "bwd_data", "tiledmma"), (8, "bwd_weight", "tiledmma"),
+                               (16, "fwd", "tiledmma"), (16, "bwd_data", "tiledmma"), (2, "bwd_weight", "direct"),
                                (32, "fwd", "mma")):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
         assert d.select(p).endswith(f"_{kind}_cpg{C}_sm90a"), d.select(p)

@@ -1,0 +1,458 @@
+// cuda backend: grouped convolution on tensor cores from shared-memory tiles (mma.sync
+// m16n8k16 fed by ldmatrix, fp32 accumulation) for 2 to 16 channels per group; every
+// direction, 1D/2D/3D, channels-last. bindings/cuda/conv_mma.cuh reads its fragments from
+// global memory with per-element index arithmetic; this kernel copies each tile once.
+//
+// A block owns BC channels (32, or 16 where G x CPG is not a multiple of 32) and a tile of
+// output pixels (TM at most: th rows x tw columns of one output depth plane). The channels
+// form virtual groups of VG (8 below 16 channels per group, else 16): a virtual group holds
+// VG / CPG real groups, and its weight matrix is block-diagonal (zeros between real
+// groups), so one MMA shape serves every CPG and nothing crosses a real group.
+//   fwd        D[pixel][n] = sum over (tap, k) of x[in(pixel, tap)][k] * W[tap][k][n]
+//              A: 16 output pixels x 16 of (tap, channel) from the input tile (ldmatrix:
+//              every lane gives the address of its pixel's 16 bytes, so any pixel mapping,
+//              stride and dilation works); B: the packed weights in shared memory.
+//   bwd_data   stride 1: the forward over dy with the filter flipped and each group's matrix
+//              transposed (pad' = dil (F - 1) - pad), as conv_tiled.cuh does.
+//   bwd_weight D[k][c] (one 16-channel virtual group, one tap) = sum over pixels of
+//              dy[pixel][k] * x[in(pixel, tap)][c]: both operands from the tiles through
+//              ldmatrix.trans; a warp owns (virtual group, taps) and writes its block's fp32
+//              partial; conv_bwd_weight_reduce adds the blocks in a fixed order.
+// The weights are packed once per call by a small kernel into the exact shared-memory image
+// every block copies (block-diagonal, taps padded, bwd_data flipped): no per-block index math.
+// In shared memory a pixel takes BC x 2 + 16 bytes (an odd count of 16-byte slots), so the
+// eight rows one ldmatrix phase reads sit in different banks.
+#pragma once
+
+#include "cuda/conv_mma.cuh"
+
+namespace td::cuda {
+
+constexpr int kTcThreads = 128;  // four warps
+
+struct TcPlan {
+    int bc, vg, vgs;              // channels per block, virtual group, virtual groups per block
+    int tw, th, tm_pad;           // output tile (columns, rows), pixels rounded up to 16
+    int tiles_w, tiles_h, chunks; // tiles per plane, channel blocks
+    int rows_in, cols_in, planes_in;
+    int pitch;                    // bytes per pixel in shared memory
+    int tp;                       // taps padded (even for VG 8: two taps per MMA K step)
+    int in_bytes, out_bytes, w_bytes, table_bytes;
+    int64_t blocks, pixel_tiles;  // pixel_tiles: bwd_weight partial rows
+    size_t smem;
+};
+
+// The plan of a problem described as a forward (bwd_data: over dy with the flipped filter).
+inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, bool wgrad, TcPlan* out) {
+    TcPlan p{};
+    const int chans = g.G * cpg;
+    p.vg = (wgrad || cpg == 16) ? 16 : 8;
+    p.bc = chans % 32 == 0 ? 32 : (chans % 16 == 0 ? 16 : 0);
+    if (!p.bc || p.bc < p.vg || cpg > p.vg || p.vg % cpg) return false;
+    p.vgs = p.bc / p.vg;
+    p.pitch = p.bc * 2 + 16;
+    p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
+    p.planes_in = (g.fil[0] - 1) * g.dil[0] + 1;
+    p.tw = std::min(g.out[2], tm);
+    p.th = std::max(1, std::min(g.out[1], tm / p.tw));
+    for (;;) {
+        p.rows_in = (p.th - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
+        p.cols_in = (p.tw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
+        p.tm_pad = (p.th * p.tw + 15) / 16 * 16;
+        const int64_t in_px = (int64_t)p.planes_in * p.rows_in * p.cols_in;
+        p.in_bytes = (int)std::min<int64_t>(in_px * p.pitch, INT32_MAX);
+        p.out_bytes = p.tm_pad * p.pitch;  // fwd: the output staging; bwd_weight: the dy tile
+        p.w_bytes = wgrad ? 0 : p.vgs * p.tp * p.vg * p.vg * 2;
+        p.table_bytes = 16 + (p.tm_pad + p.tp) * 4;  // a zero slot, pixel offsets, tap offsets
+        p.smem = (size_t)p.in_bytes + p.out_bytes + p.w_bytes + p.table_bytes;
+        if (p.smem <= 112 * 1024) break;
+        if (p.th > 1) p.th = (p.th + 1) / 2;
+        else if (p.tw > 16) p.tw = (p.tw + 1) / 2;
+        else return false;
+    }
+    p.tiles_w = (g.out[2] + p.tw - 1) / p.tw;
+    p.tiles_h = (g.out[1] + p.th - 1) / p.th;
+    p.chunks = chans / p.bc;
+    p.pixel_tiles = (int64_t)g.N * g.out[0] * p.tiles_h * p.tiles_w;
+    p.blocks = p.pixel_tiles * p.chunks;
+    if (p.blocks > INT32_MAX) return false;
+    *out = p;
+    return true;
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+    T pair[2] = {from_float<T>(lo), from_float<T>(hi)};
+    return *reinterpret_cast<const uint32_t*>(pair);
+}
+
+// The shared-memory weight image of every channel block, [chunk][vg][tap][k / 8][n][k % 8]:
+// fwd n = output channel, k = input channel; flip (bwd_data) n = input channel, k = output
+// channel at the mirrored tap. Zeros between real groups and at the padded taps.
+template <class T, int CPG, int VG>
+__global__ void tc_pack_weights(DeviceGeometry g, int tp, bool flip, const T* __restrict__ w, T* __restrict__ img,
+                                int64_t total) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total) return;
+    int64_t r = e;
+    const int k8 = (int)(r % 8); r /= 8;
+    const int n = (int)(r % VG); r /= VG;
+    const int kh = (int)(r % (VG / 8)); r /= VG / 8;
+    const int t = (int)(r % tp);
+    const int64_t vgl = r / tp;  // virtual group over all channels
+    const int k = kh * 8 + k8;
+    T v = from_float<T>(0.f);
+    if (n / CPG == k / CPG && t < g.taps) {
+        const int64_t grp = vgl * (VG / CPG) + n / CPG;
+        const int a = n % CPG, b = k % CPG;
+        v = flip ? w[((grp * CPG + b) * g.taps + (g.taps - 1 - t)) * CPG + a] : w[((grp * CPG + a) * g.taps + t) * CPG + b];
+    }
+    img[e] = v;
+}
+
+// Block coordinates: channel block fastest, so the blocks running together read whole pixels.
+struct TcBlock {
+    int chunk, n, od, oh0, ow0;
+    int64_t pixel_tile;
+};
+__device__ __forceinline__ TcBlock tc_block(const DeviceGeometry& g, const TcPlan& pl) {
+    TcBlock b;
+    unsigned bx = blockIdx.x;
+    b.chunk = (int)(bx % (unsigned)pl.chunks); bx /= (unsigned)pl.chunks;
+    b.pixel_tile = bx;
+    const int tw = (int)(bx % (unsigned)pl.tiles_w); bx /= (unsigned)pl.tiles_w;
+    const int th = (int)(bx % (unsigned)pl.tiles_h); bx /= (unsigned)pl.tiles_h;
+    b.od = (int)(bx % (unsigned)g.out[0]);
+    b.n = (int)(bx / (unsigned)g.out[0]);
+    b.oh0 = th * pl.th;
+    b.ow0 = tw * pl.tw;
+    return b;
+}
+
+// Copies the input pixels under the block's output tile (all planes of the filter's depth,
+// zeros outside the image) into shared memory, and fills the pixel and tap offset tables:
+// pixoff[m] = byte offset of output pixel m's input pixel at tap 0 (0 for the padding rows),
+// tapoff[t] = byte offset of tap t (-1 for padded taps).
+template <class T>
+__device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcPlan& pl, const TcBlock& b,
+                                              const T* __restrict__ x, unsigned char* tile, int* pixoff, int* tapoff) {
+    const int units = pl.bc / 8;
+    const int64_t chans = (int64_t)g.G * g.C;
+    const int id0 = b.od * g.stride[0] - g.pad[0], ih0 = b.oh0 * g.stride[1] - g.pad[1],
+              iw0 = b.ow0 * g.stride[2] - g.pad[2];
+    const int plane = pl.rows_in * pl.cols_in;
+    const int total = pl.planes_in * plane * units;
+    const T* cbase = x + (int64_t)b.chunk * pl.bc;
+    for (int i = threadIdx.x; i < total; i += kTcThreads) {
+        const int u = i % units, p = i / units;
+        const int z = p / plane, rc = p % plane;
+        const int r = rc / pl.cols_in, c = rc % pl.cols_in;
+        const int id = id0 + z, ih = ih0 + r, iw = iw0 + c;
+        const bool ok = (unsigned)id < (unsigned)g.in[0] && (unsigned)ih < (unsigned)g.in[1] &&
+                        (unsigned)iw < (unsigned)g.in[2];
+        const T* src = ok ? cbase + (((int64_t)(b.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * chans + u * 8 : x;
+        cp_async16(tile + p * pl.pitch + u * 16, src, ok);
+    }
+    const int valid = pl.th * pl.tw;
+    for (int m = threadIdx.x; m < pl.tm_pad; m += kTcThreads)
+        pixoff[m] = m < valid ? ((m / pl.tw) * g.stride[1] * pl.cols_in + (m % pl.tw) * g.stride[2]) * pl.pitch : 0;
+    for (int t = threadIdx.x; t < pl.tp; t += kTcThreads) {
+        int off = -1;
+        if (t < g.taps) {
+            const int fx = t % g.fil[2], fy = (t / g.fil[2]) % g.fil[1], fz = t / (g.fil[2] * g.fil[1]);
+            off = ((fz * g.dil[0] * pl.rows_in + fy * g.dil[1]) * pl.cols_in + fx * g.dil[2]) * pl.pitch;
+        }
+        tapoff[t] = off;
+    }
+}
+
+// ---------------------------------------------------------------- forward (and bwd_data)
+// g: the problem as a forward (bwd_data: over dy, flipped); x: its input; y: its output.
+template <class T, int VG>
+__global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
+                                                          const T* __restrict__ wimg, T* __restrict__ y) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int NT = VG / 8;  // n8 tiles per virtual group
+    constexpr int PM = 2;       // m16 tiles a warp carries at once
+    unsigned char* tile = smem;
+    unsigned char* otile = smem + pl.in_bytes;
+    unsigned char* wsm = otile + pl.out_bytes;
+    uint4* zero = reinterpret_cast<uint4*>(wsm + pl.w_bytes);  // 16 zero bytes: the padded taps' A rows
+    int* pixoff = reinterpret_cast<int*>(zero + 1);
+    int* tapoff = pixoff + pl.tm_pad;
+    const TcBlock b = tc_block(g, pl);
+
+    // the weight image of this channel block (contiguous, 16-byte multiples) and the input tile
+    const int wvec = pl.w_bytes / 16;
+    const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)b.chunk * wvec;
+    for (int i = threadIdx.x; i < wvec; i += kTcThreads) cp_async16(reinterpret_cast<uint4*>(wsm) + i, wsrc + i, true);
+    tc_load_input(g, pl, b, x, tile, pixoff, tapoff);
+    if (threadIdx.x == 0) *zero = make_uint4(0, 0, 0, 0);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tile);
+    const unsigned w_s = (unsigned)__cvta_generic_to_shared(wsm);
+    const unsigned zero_s = (unsigned)__cvta_generic_to_shared(zero);
+    const int gstep = pl.vgs >= 4 ? 4 : pl.vgs;  // warps over virtual groups, then over m tiles
+    const int mstep = 4 / gstep;
+    const int mtiles = pl.tm_pad / 16;
+    const int kchunks = VG == 16 ? pl.tp : pl.tp / 2;
+    // A: lane -> (row of the 16, k half); B: lane -> (matrix, row)
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_half = lane >> 4;
+    const int mat = lane >> 3, brow = lane & 7;
+    for (int vg = warp % gstep; vg < pl.vgs; vg += gstep) {
+        const int chan_b = vg * VG * 2 + (VG == 16 ? a_half * 16 : 0);
+        // B row address of this lane at k chunk 0: VG 16: x4 (n tile, k half); VG 8: x2 (tap pair)
+        const unsigned b_base = VG == 16
+            ? w_s + (unsigned)(((vg * pl.tp * 2 + (mat & 1)) * 16 + (mat >> 1) * 8 + brow) * 16)
+            : w_s + (unsigned)(((vg * pl.tp + (mat & 1)) * 8 + brow) * 16);
+        const unsigned b_step = VG == 16 ? 2 * 16 * 16 : 2 * 8 * 16;  // bytes per k chunk
+        for (int mt0 = warp / gstep; mt0 < mtiles; mt0 += PM * mstep) {
+            float acc[PM][NT][4];
+            unsigned arow[PM];
+#pragma unroll
+            for (int i = 0; i < PM; ++i) {
+                const int mt = min(mt0 + i * mstep, mtiles - 1);
+                arow[i] = tile_s + (unsigned)(pixoff[mt * 16 + a_row] + chan_b);
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+            }
+            const bool second = mt0 + mstep < mtiles;  // warp-uniform
+            for (int kc = 0; kc < kchunks; ++kc) {
+                uint32_t bf[NT][2];
+                if constexpr (VG == 16) {
+                    uint32_t r4[4];
+                    ldsm_x4(r4, b_base + kc * b_step);
+                    bf[0][0] = r4[0]; bf[0][1] = r4[1]; bf[1][0] = r4[2]; bf[1][1] = r4[3];
+                } else {
+                    uint32_t r2[2];
+                    ldsm_x2(r2, b_base + kc * b_step);
+                    bf[0][0] = r2[0]; bf[0][1] = r2[1];
+                }
+                const int toff = tapoff[VG == 16 ? kc : 2 * kc + a_half];
+#pragma unroll
+                for (int i = 0; i < PM; ++i) {
+                    if (i > 0 && !second) break;
+                    uint32_t a[4];
+                    ldsm_x4(a, toff >= 0 ? arow[i] + (unsigned)toff : zero_s);
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], a, bf[j]);
+                }
+            }
+            // accumulators -> the output staging tile: row r and r + 8, channels 2q, 2q + 1
+#pragma unroll
+            for (int i = 0; i < PM; ++i) {
+                if (i > 0 && !second) break;
+                const int m = (mt0 + i * mstep) * 16 + (lane >> 2);
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const int ch = vg * VG + j * 8 + 2 * (lane & 3);
+                    *reinterpret_cast<uint32_t*>(otile + m * pl.pitch + ch * 2) = pack_pair<T>(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<uint32_t*>(otile + (m + 8) * pl.pitch + ch * 2) =
+                        pack_pair<T>(acc[i][j][2], acc[i][j][3]);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // coalesced 16-byte stores of the tile's valid pixels
+    const int units = pl.bc / 8;
+    const int64_t ochans = (int64_t)g.G * g.K;
+    T* cbase = y + (int64_t)b.chunk * pl.bc;
+    for (int i = threadIdx.x; i < pl.th * pl.tw * units; i += kTcThreads) {
+        const int u = i % units, m = i / units;
+        const int oh = b.oh0 + m / pl.tw, ow = b.ow0 + m % pl.tw;
+        if (oh >= g.out[1] || ow >= g.out[2]) continue;
+        *reinterpret_cast<uint4*>(cbase + (((int64_t)(b.n * g.out[0] + b.od) * g.out[1] + oh) * g.out[2] + ow) * ochans + u * 8) =
+            *reinterpret_cast<const uint4*>(otile + m * pl.pitch + u * 16);
+    }
+}
+
+// ---------------------------------------------------------------- backward weight
+// One fp32 partial row per pixel tile: partial[pixel_tile][g][k][tap][c].
+template <class T, int CPG>
+__global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
+                                                            const T* __restrict__ dy, float* __restrict__ partial) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char* tile = smem;
+    unsigned char* dtile = smem + pl.in_bytes;
+    int* pixoff = reinterpret_cast<int*>(dtile + pl.out_bytes + 16);
+    int* tapoff = pixoff + pl.tm_pad;
+    const TcBlock b = tc_block(g, pl);
+    tc_load_input(g, pl, b, x, tile, pixoff, tapoff);
+    {  // dy under the tile; zeros for pixels outside the image and the padding rows
+        const int units = pl.bc / 8;
+        const int64_t ochans = (int64_t)g.G * g.K;
+        const int valid = pl.th * pl.tw;
+        const T* cbase = dy + (int64_t)b.chunk * pl.bc;
+        for (int i = threadIdx.x; i < pl.tm_pad * units; i += kTcThreads) {
+            const int u = i % units, m = i / units;
+            const int oh = b.oh0 + m / pl.tw, ow = b.ow0 + m % pl.tw;
+            const bool ok = m < valid && oh < g.out[1] && ow < g.out[2];
+            const T* src = ok ? cbase + (((int64_t)(b.n * g.out[0] + b.od) * g.out[1] + oh) * g.out[2] + ow) * ochans + u * 8
+                              : dy;
+            cp_async16(dtile + m * pl.pitch + u * 16, src, ok);
+        }
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tile);
+    const unsigned dtile_s = (unsigned)__cvta_generic_to_shared(dtile);
+    const int vg = warp % pl.vgs, tstep = 4 / pl.vgs;
+    const int mat = lane >> 3, row = lane & 7;
+    // A = dy^T (16 k x 16 pixels): matrix (pixel half mat >> 1, channel half mat & 1)
+    const unsigned a_base = dtile_s + (unsigned)((row + 8 * (mat >> 1)) * pl.pitch + (vg * 16 + 8 * (mat & 1)) * 2);
+    // B = x (16 pixels x 16 c): matrix (channel half mat >> 1, pixel half mat & 1)
+    const int b_px = row + 8 * (mat & 1);
+    const unsigned b_chan = (unsigned)((vg * 16 + 8 * (mat >> 1)) * 2);
+    const int mtiles = pl.tm_pad / 16;
+    const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
+    float* prow = partial + b.pixel_tile * elems;
+    const int q = lane & 3, r = lane >> 2;
+    for (int t = warp / pl.vgs; t < g.taps; t += tstep) {
+        const unsigned toff = tile_s + (unsigned)tapoff[t] + b_chan;
+        float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        for (int mt = 0; mt < mtiles; ++mt) {
+            uint32_t a[4], bq[4];
+            ldsm_x4_trans(a, a_base + (unsigned)(mt * 16 * pl.pitch));
+            ldsm_x4_trans(bq, toff + (unsigned)pixoff[mt * 16 + b_px]);
+            const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
+            mma16816<T>(acc[0], a, b0);
+            mma16816<T>(acc[1], a, b1);
+        }
+        // D[k][c]: acc[j][0..1] -> (k = r, c = 8j + 2q, + 1), acc[j][2..3] -> k = r + 8
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int k = r + 8 * (e >> 1), c = 8 * j + 2 * q + (e & 1);
+                if (k / CPG != c / CPG) continue;  // across real groups: not a weight
+                const int64_t grp = ((int64_t)b.chunk * pl.bc + vg * 16 + k) / CPG;
+                prow[((grp * CPG + k % CPG) * g.taps + t) * CPG + c % CPG] = acc[j][e];
+            }
+    }
+}
+
+template <int DType, int Ndim, int Direction, int CPG, int TM>
+struct Sm90TcConv {
+    using T = typename ConvElement<DType>::T;
+    static constexpr int VG = CPG == 16 ? 16 : 8;
+    static constexpr bool kWgrad = Direction == TD_CONV_BWD_WEIGHT;
+
+    // The problem as this kernel computes it: bwd_data as the forward over dy, flipped.
+    static bool plan(const ConvGeometry& geo, DeviceGeometry* dg, TcPlan* pl) {
+        DeviceGeometry d = device_geometry(geo);
+        if (Direction == TD_CONV_BWD_DATA) {
+            for (int i = 0; i < 3; ++i) {
+                if (d.stride[i] != 1) return false;
+                std::swap(d.in[i], d.out[i]);
+                d.pad[i] = d.dil[i] * (d.fil[i] - 1) - d.pad[i];
+            }
+        }
+        *dg = d;
+        return tc_plan(d, CPG, TM, kWgrad, pl);
+    }
+
+    static int supports(const TdConvProblem& p, std::string* why) {
+        ConvGeometry g{};
+        if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
+        if (g.C != CPG || g.K != CPG) {
+            *why = "channels per group C=" + std::to_string(g.C) + ", K=" + std::to_string(g.K) +
+                   " (this kernel takes C = K = " + std::to_string(CPG) + ")";
+            return TD_UNSUPPORTED;
+        }
+        if ((g.G * CPG) % 16) { *why = "G x channels is not a multiple of 16"; return TD_UNSUPPORTED; }
+        if (Direction == TD_CONV_BWD_DATA && g.stride[0] * g.stride[1] * g.stride[2] != 1) {
+            *why = "bwd_data at stride > 1 (this kernel runs the flipped forward)";
+            return TD_UNSUPPORTED;
+        }
+        const int64_t biggest = std::max({g.N * g.in_pixels() * g.G * g.C, g.N * g.out_pixels() * g.G * g.K,
+                                          g.G * g.K * g.taps() * g.C});
+        if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
+        DeviceGeometry d{};
+        TcPlan pl{};
+        if (!plan(g, &d, &pl)) { *why = "the tile with its halo does not fit shared memory"; return TD_UNSUPPORTED; }
+        return TD_OK;
+    }
+
+    static size_t workspace_bytes(const ConvGeometry& g, const TcPlan& pl) {
+        if (kWgrad) return (size_t)pl.pixel_tiles * (size_t)(g.G * g.K * g.taps() * g.C) * sizeof(float);
+        return (size_t)pl.chunks * pl.w_bytes;  // the packed weight images
+    }
+
+    static size_t workspace_size(const TdConvProblem& p) {
+        ConvGeometry g{};
+        if (!conv_geometry(p, &g).empty()) return 0;
+        DeviceGeometry d{};
+        TcPlan pl{};
+        return plan(g, &d, &pl) ? workspace_bytes(g, pl) : 0;
+    }
+
+    static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
+                   void* stream_ptr) {
+        const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        if (!(conv_aligned16(in) && conv_aligned16(wei) && conv_aligned16(out)))
+            return fail(TD_REJECTED, "a tensor's address is not 16-byte aligned (the 16-byte copies need it); "
+                                     "the generic kernel takes it");
+        ConvGeometry geo{};
+        conv_geometry(p, &geo);
+        DeviceGeometry d{};
+        TcPlan pl{};
+        if (!plan(geo, &d, &pl)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
+        void* scratch = nullptr;
+        if (int st = take_workspace(workspace_bytes(geo, pl), ws, ws_bytes, stream_ptr, &scratch)) return st;
+        const T* x = static_cast<const T*>(in);
+        const T* w = static_cast<const T*>(wei);
+        const T* dy = static_cast<const T*>(out);
+        if constexpr (kWgrad) {
+            auto kernel = conv_wgrad_tc<T, CPG>;
+            if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+            float* part = static_cast<float*>(scratch);
+            kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part);
+            const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
+            conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
+                part, static_cast<T*>(const_cast<void*>(wei)), elems, (int)pl.pixel_tiles);
+        } else {
+            const bool flip = Direction == TD_CONV_BWD_DATA;
+            T* img = static_cast<T*>(scratch);
+            const int64_t total = (int64_t)pl.chunks * pl.w_bytes / 2;
+            tc_pack_weights<T, CPG, VG><<<(unsigned)((total + 255) / 256), 256, 0, stream>>>(d, pl.tp, flip, w, img, total);
+            auto kernel = conv_fwd_tc<T, VG>;
+            if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+            // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)
+            const T* src = flip ? dy : x;
+            T* dst = static_cast<T*>(const_cast<void*>(flip ? in : out));
+            kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, src, img, dst);
+        }
+        return launch_status();
+    }
+
+    // KernelInfo: tile = (output pixels per block, channels per block, MMA K), micro_m =
+    // channels per group, schedule 6 = tensor-core convolution from shared-memory tiles.
+    static constexpr ConvKernel entry(const char* name) {
+        return ConvKernel{{name, DType, Ndim, Direction, kWgrad ? 1 : -1, TM, 32, 16, CPG, 0, 6, 0},
+                          &supports, &workspace_size, &run};
+    }
+};
+
+}  // namespace td::cuda
