@@ -300,7 +300,7 @@ class CudaKnobs:
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
     algorithm: str = "cutlass"     # cutlass | direct | mma | tiled_mma | im2col | implicit
-    channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 2, 4, 8, 16
+    channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 1, 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
@@ -308,7 +308,7 @@ class CudaKnobs:
     ALGORITHMS = ("cutlass", "direct", "mma", "tiled_mma", "im2col", "implicit")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
-    TILED_MMA_CPG = (2, 4, 8, 16)
+    TILED_MMA_CPG = (1, 2, 4, 8, 16)
     YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned", "split")
     SPLITS = (1, 2, 4, 8)
 
@@ -325,7 +325,7 @@ class CudaKnobs:
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16, 32 (mma)")
         if self.algorithm == "tiled_mma" and self.channels_per_group not in self.TILED_MMA_CPG:
-            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16 (tiled_mma)")
+            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 (tiled_mma)")
         if self.split not in self.SPLITS:
             raise ValueError(f"split {self.split!r} not one of 1, 2, 4, 8")
         if self.split != 1 and self.algorithm != "implicit":

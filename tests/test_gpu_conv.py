@@ -163,6 +163,16 @@ def test_tiled_mma_kernels_on_many_channels_and_tiles(kernel, gen):
             assert ran or (strided_data and max(st) > 1), (kernel.name, channels, inp, fil, st)
 
 
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "tiled_mma" and k.ndim == 2],
+                         ids=lambda k: k.name)
+def test_tiled_mma_kernels_on_a_problem_that_walks_several_tiles_per_block(kernel, gen):
+    """A ResNeXt-sized problem (32 images of 56 x 56, 128 channels): blocks walk more than
+    one tile (fwd / bwd_data prefetch the next tile; bwd_weight adds several tiles per
+    partial row), which the small cases above do not reach."""
+    cpg = kernel.knobs.channels_per_group
+    assert run_case(kernel, gen, 32, 128 // cpg, cpg, cpg, (56, 56), (3, 3), (1, 1), (1, 1), (1, 1))
+
+
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     G, C, K = geometry(kernel)

@@ -29,6 +29,7 @@
 namespace td::cuda {
 
 constexpr int kTcThreads = 128;  // four warps
+constexpr int kTcWarps = kTcThreads / 32;
 
 struct TcPlan {
     int bc, vg, vgs;              // channels per block, virtual group, virtual groups per block
@@ -38,12 +39,23 @@ struct TcPlan {
     int pitch;                    // bytes per pixel in shared memory
     int tp;                       // taps padded (even for VG 8: two taps per MMA K step)
     int in_bytes, out_bytes, w_bytes, table_bytes;
-    int64_t blocks, pixel_tiles;  // pixel_tiles: bwd_weight partial rows
+    int tap_groups, group_taps;   // bwd_weight: taps split over blocks, taps per block
+    int maxt;                     // bwd_weight: taps per warp (accumulators held in registers)
+    int64_t pixel_tiles;          // output tiles in all
+    int band, bands;              // tiles one block walks; bands = blocks along the pixels
+    int64_t blocks;               // chunks x tap groups x bands
     size_t smem;
 };
 
+// Balanced tiling of n into pieces of at most `most`: the piece size.
+inline int balanced(int n, int most) {
+    const int pieces = (n + most - 1) / most;
+    return (n + pieces - 1) / pieces;
+}
+
 // The plan of a problem described as a forward (bwd_data: over dy with the flipped filter).
-inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, bool wgrad, TcPlan* out) {
+// wgrad: bwd_weight, whose blocks each walk several tiles (fewer fp32 partial rows).
+inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, bool wgrad, int sms, TcPlan* out) {
     TcPlan p{};
     const int chans = g.G * cpg;
     p.vg = (wgrad || cpg == 16) ? 16 : 8;
@@ -52,9 +64,19 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, bool wgrad, TcPlan
     p.vgs = p.bc / p.vg;
     p.pitch = p.bc * 2 + 16;
     p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
+    if (wgrad) {  // warps per virtual group split the taps; 8 or 16 accumulator sets a warp
+        const int wpg = kTcWarps / p.vgs;
+        const int per_warp = (g.taps + wpg - 1) / wpg;
+        p.maxt = per_warp <= 8 ? 8 : 16;
+        p.tap_groups = (per_warp + p.maxt - 1) / p.maxt;
+        p.group_taps = p.maxt * wpg;
+    } else {
+        p.tap_groups = 1;
+        p.group_taps = g.taps;
+    }
     p.planes_in = (g.fil[0] - 1) * g.dil[0] + 1;
-    p.tw = std::min(g.out[2], tm);
-    p.th = std::max(1, std::min(g.out[1], tm / p.tw));
+    p.tw = balanced(g.out[2], std::min(g.out[2], tm));
+    p.th = balanced(g.out[1], std::max(1, std::min(g.out[1], tm / p.tw)));
     for (;;) {
         p.rows_in = (p.th - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
         p.cols_in = (p.tw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
@@ -66,15 +88,32 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, bool wgrad, TcPlan
         p.table_bytes = 16 + (p.tm_pad + p.tp) * 4;  // a zero slot, pixel offsets, tap offsets
         p.smem = (size_t)p.in_bytes + p.out_bytes + p.w_bytes + p.table_bytes;
         if (p.smem <= 112 * 1024) break;
-        if (p.th > 1) p.th = (p.th + 1) / 2;
-        else if (p.tw > 16) p.tw = (p.tw + 1) / 2;
+        if (p.th > 1) p.th = balanced(g.out[1], (p.th + 1) / 2);
+        else if (p.tw > 16) p.tw = balanced(g.out[2], (p.tw + 1) / 2);
         else return false;
     }
     p.tiles_w = (g.out[2] + p.tw - 1) / p.tw;
     p.tiles_h = (g.out[1] + p.th - 1) / p.th;
     p.chunks = chans / p.bc;
     p.pixel_tiles = (int64_t)g.N * g.out[0] * p.tiles_h * p.tiles_w;
-    p.blocks = p.pixel_tiles * p.chunks;
+    // tiles per block: fwd / bwd_data about 6 blocks per SM's worth of blocks (each loads its
+    // weight image once); bwd_weight as many as keep 3 blocks per SM busy, no more than it
+    // takes to bring the fp32 partial rows under a quarter of the bytes the kernel reads
+    const int64_t lanes = (int64_t)p.chunks * p.tap_groups;
+    const int64_t fill = std::max<int64_t>(1, p.pixel_tiles * lanes / (3LL * sms));
+    int64_t band = 1;
+    if (wgrad) {
+        const int64_t elems = (int64_t)g.G * cpg * g.taps * cpg;
+        const int64_t read = 2LL * g.N * ((int64_t)g.in[0] * g.in[1] * g.in[2] + (int64_t)g.out[0] * g.out[1] * g.out[2]) * chans;
+        const int64_t rows_ok = std::max<int64_t>(1, read / 4 / (elems * 4));
+        const int64_t need = (p.pixel_tiles + rows_ok - 1) / rows_ok;
+        band = std::max<int64_t>(1, std::min(fill, need));
+    } else {
+        band = std::max<int64_t>(1, std::min<int64_t>(fill / 2, 8));
+    }
+    p.band = (int)std::min<int64_t>(band, p.pixel_tiles);
+    p.bands = (int)((p.pixel_tiles + p.band - 1) / p.band);
+    p.blocks = (int64_t)p.bands * lanes;
     if (p.blocks > INT32_MAX) return false;
     *out = p;
     return true;
@@ -122,49 +161,45 @@ __global__ void tc_pack_weights(DeviceGeometry g, int tp, bool flip, const T* __
     img[e] = v;
 }
 
-// Block coordinates: channel block fastest, so the blocks running together read whole pixels.
-struct TcBlock {
-    int chunk, n, od, oh0, ow0;
-    int64_t pixel_tile;
+// One output tile: batch image, output depth plane, first row and column.
+struct TcTile {
+    int n, od, oh0, ow0;
 };
-__device__ __forceinline__ TcBlock tc_block(const DeviceGeometry& g, const TcPlan& pl) {
-    TcBlock b;
-    unsigned bx = blockIdx.x;
-    b.chunk = (int)(bx % (unsigned)pl.chunks); bx /= (unsigned)pl.chunks;
-    b.pixel_tile = bx;
-    const int tw = (int)(bx % (unsigned)pl.tiles_w); bx /= (unsigned)pl.tiles_w;
-    const int th = (int)(bx % (unsigned)pl.tiles_h); bx /= (unsigned)pl.tiles_h;
-    b.od = (int)(bx % (unsigned)g.out[0]);
-    b.n = (int)(bx / (unsigned)g.out[0]);
-    b.oh0 = th * pl.th;
-    b.ow0 = tw * pl.tw;
-    return b;
+__device__ __forceinline__ TcTile tc_tile(const DeviceGeometry& g, const TcPlan& pl, int64_t index) {
+    TcTile t;
+    int64_t i = index;
+    const int tw = (int)(i % pl.tiles_w); i /= pl.tiles_w;
+    const int th = (int)(i % pl.tiles_h); i /= pl.tiles_h;
+    t.od = (int)(i % g.out[0]);
+    t.n = (int)(i / g.out[0]);
+    t.oh0 = th * pl.th;
+    t.ow0 = tw * pl.tw;
+    return t;
 }
 
-// Copies the input pixels under the block's output tile (all planes of the filter's depth,
-// zeros outside the image) into shared memory, and fills the pixel and tap offset tables:
-// pixoff[m] = byte offset of output pixel m's input pixel at tap 0 (0 for the padding rows),
-// tapoff[t] = byte offset of tap t (-1 for padded taps).
-template <class T>
-__device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcPlan& pl, const TcBlock& b,
-                                              const T* __restrict__ x, unsigned char* tile, int* pixoff, int* tapoff) {
-    const int units = pl.bc / 8;
-    const int64_t chans = (int64_t)g.G * g.C;
-    const int id0 = b.od * g.stride[0] - g.pad[0], ih0 = b.oh0 * g.stride[1] - g.pad[1],
-              iw0 = b.ow0 * g.stride[2] - g.pad[2];
-    const int plane = pl.rows_in * pl.cols_in;
-    const int total = pl.planes_in * plane * units;
-    const T* cbase = x + (int64_t)b.chunk * pl.bc;
-    for (int i = threadIdx.x; i < total; i += kTcThreads) {
-        const int u = i % units, p = i / units;
-        const int z = p / plane, rc = p % plane;
-        const int r = rc / pl.cols_in, c = rc % pl.cols_in;
-        const int id = id0 + z, ih = ih0 + r, iw = iw0 + c;
-        const bool ok = (unsigned)id < (unsigned)g.in[0] && (unsigned)ih < (unsigned)g.in[1] &&
-                        (unsigned)iw < (unsigned)g.in[2];
-        const T* src = ok ? cbase + (((int64_t)(b.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * chans + u * 8 : x;
-        cp_async16(tile + p * pl.pitch + u * 16, src, ok);
+// A walk over the pixels first, first + step, ... of a planes x rows x cols box without a
+// division per step (step below cols x rows).
+struct BoxWalk {
+    int z, r, c;
+    __device__ __forceinline__ BoxWalk(int p, int rows, int cols) {
+        c = p % cols;
+        const int q = p / cols;
+        r = q % rows;
+        z = q / rows;
     }
+    __device__ __forceinline__ void advance(int step, int rows, int cols) {
+        c += step;
+        while (c >= cols) {
+            c -= cols;
+            if (++r == rows) { r = 0; ++z; }
+        }
+    }
+};
+
+// The pixel and tap offset tables (the same for every tile of a block): pixoff[m] = byte
+// offset of output pixel m's input pixel at tap 0 (0 for the padding rows), tapoff[t] =
+// byte offset of tap t (-1 for padded taps).
+__device__ __forceinline__ void tc_tables(const DeviceGeometry& g, const TcPlan& pl, int* pixoff, int* tapoff) {
     const int valid = pl.th * pl.tw;
     for (int m = threadIdx.x; m < pl.tm_pad; m += kTcThreads)
         pixoff[m] = m < valid ? ((m / pl.tw) * g.stride[1] * pl.cols_in + (m % pl.tw) * g.stride[2]) * pl.pitch : 0;
@@ -178,8 +213,34 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
     }
 }
 
+// Starts copying the input pixels under an output tile (all planes of the filter's depth,
+// zeros outside the image) into shared memory. Consecutive threads take the 16-byte units
+// of one pixel, then the next pixel: coalesced reads.
+template <class T>
+__device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcPlan& pl, const TcTile& t, int chunk,
+                                              const T* __restrict__ x, unsigned char* tile) {
+    const int units = pl.bc / 8;  // 2 or 4
+    const int u = threadIdx.x & (units - 1), pstep = kTcThreads / units;
+    const int64_t chans = (int64_t)g.G * g.C;
+    const int id0 = t.od * g.stride[0] - g.pad[0], ih0 = t.oh0 * g.stride[1] - g.pad[1],
+              iw0 = t.ow0 * g.stride[2] - g.pad[2];
+    const int total = pl.planes_in * pl.rows_in * pl.cols_in;
+    const T* cbase = x + (int64_t)chunk * pl.bc + u * 8;
+    int p = threadIdx.x / units;
+    BoxWalk w(p, pl.rows_in, pl.cols_in);
+    for (; p < total; p += pstep, w.advance(pstep, pl.rows_in, pl.cols_in)) {
+        const int id = id0 + w.z, ih = ih0 + w.r, iw = iw0 + w.c;
+        const bool ok = (unsigned)id < (unsigned)g.in[0] && (unsigned)ih < (unsigned)g.in[1] &&
+                        (unsigned)iw < (unsigned)g.in[2];
+        const T* src = ok ? cbase + (((int64_t)(t.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * chans : x;
+        cp_async16(tile + p * pl.pitch + u * 16, src, ok);
+    }
+}
+
 // ---------------------------------------------------------------- forward (and bwd_data)
 // g: the problem as a forward (bwd_data: over dy, flipped); x: its input; y: its output.
+// A block loads its weight image once and walks pl.band tiles; the next tile's copy starts
+// before this tile's results are stored.
 template <class T, int VG>
 __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                           const T* __restrict__ wimg, T* __restrict__ y) {
@@ -192,102 +253,120 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
     uint4* zero = reinterpret_cast<uint4*>(wsm + pl.w_bytes);  // 16 zero bytes: the padded taps' A rows
     int* pixoff = reinterpret_cast<int*>(zero + 1);
     int* tapoff = pixoff + pl.tm_pad;
-    const TcBlock b = tc_block(g, pl);
+    const int chunk = (int)(blockIdx.x % (unsigned)pl.chunks);
+    const int64_t first = (int64_t)(blockIdx.x / (unsigned)pl.chunks) * pl.band;
+    const int64_t last = min(first + pl.band, pl.pixel_tiles);
 
-    // the weight image of this channel block (contiguous, 16-byte multiples) and the input tile
+    // the weight image of this channel block (contiguous, 16-byte multiples), the first tile
     const int wvec = pl.w_bytes / 16;
-    const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)b.chunk * wvec;
+    const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)chunk * wvec;
     for (int i = threadIdx.x; i < wvec; i += kTcThreads) cp_async16(reinterpret_cast<uint4*>(wsm) + i, wsrc + i, true);
-    tc_load_input(g, pl, b, x, tile, pixoff, tapoff);
-    if (threadIdx.x == 0) *zero = make_uint4(0, 0, 0, 0);
+    TcTile cur = tc_tile(g, pl, first);
+    tc_load_input(g, pl, cur, chunk, x, tile);
     cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
+    tc_tables(g, pl, pixoff, tapoff);
+    if (threadIdx.x == 0) *zero = make_uint4(0, 0, 0, 0);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tile);
     const unsigned w_s = (unsigned)__cvta_generic_to_shared(wsm);
     const unsigned zero_s = (unsigned)__cvta_generic_to_shared(zero);
-    const int gstep = pl.vgs >= 4 ? 4 : pl.vgs;  // warps over virtual groups, then over m tiles
-    const int mstep = 4 / gstep;
+    const int gstep = pl.vgs >= kTcWarps ? kTcWarps : pl.vgs;  // warps over virtual groups, then m tiles
+    const int mstep = kTcWarps / gstep;
     const int mtiles = pl.tm_pad / 16;
     const int kchunks = VG == 16 ? pl.tp : pl.tp / 2;
     // A: lane -> (row of the 16, k half); B: lane -> (matrix, row)
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_half = lane >> 4;
     const int mat = lane >> 3, brow = lane & 7;
-    for (int vg = warp % gstep; vg < pl.vgs; vg += gstep) {
-        const int chan_b = vg * VG * 2 + (VG == 16 ? a_half * 16 : 0);
-        // B row address of this lane at k chunk 0: VG 16: x4 (n tile, k half); VG 8: x2 (tap pair)
-        const unsigned b_base = VG == 16
-            ? w_s + (unsigned)(((vg * pl.tp * 2 + (mat & 1)) * 16 + (mat >> 1) * 8 + brow) * 16)
-            : w_s + (unsigned)(((vg * pl.tp + (mat & 1)) * 8 + brow) * 16);
-        const unsigned b_step = VG == 16 ? 2 * 16 * 16 : 2 * 8 * 16;  // bytes per k chunk
-        for (int mt0 = warp / gstep; mt0 < mtiles; mt0 += PM * mstep) {
-            float acc[PM][NT][4];
-            unsigned arow[PM];
+    const int units = pl.bc / 8;
+    const int64_t ochans = (int64_t)g.G * g.K;
+    T* ybase = y + (int64_t)chunk * pl.bc + (threadIdx.x & (units - 1)) * 8;
+
+    for (int64_t ti = first; ti < last; ++ti) {
+        cp_async_wait_all();
+        __syncthreads();  // this tile's pixels (and the weights) are in; the last stores are done
+        for (int vg = warp % gstep; vg < pl.vgs; vg += gstep) {
+            const int chan_b = vg * VG * 2 + (VG == 16 ? a_half * 16 : 0);
+            // B row address of this lane at k chunk 0: VG 16: x4 (n tile, k half); VG 8: x2 (tap pair)
+            const unsigned b_base = VG == 16
+                ? w_s + (unsigned)(((vg * pl.tp * 2 + (mat & 1)) * 16 + (mat >> 1) * 8 + brow) * 16)
+                : w_s + (unsigned)(((vg * pl.tp + (mat & 1)) * 8 + brow) * 16);
+            const unsigned b_step = VG == 16 ? 2 * 16 * 16 : 2 * 8 * 16;  // bytes per k chunk
+            for (int mt0 = warp / gstep; mt0 < mtiles; mt0 += PM * mstep) {
+                float acc[PM][NT][4];
+                unsigned arow[PM];
 #pragma unroll
-            for (int i = 0; i < PM; ++i) {
-                const int mt = min(mt0 + i * mstep, mtiles - 1);
-                arow[i] = tile_s + (unsigned)(pixoff[mt * 16 + a_row] + chan_b);
+                for (int i = 0; i < PM; ++i) {
+                    const int mt = min(mt0 + i * mstep, mtiles - 1);
+                    arow[i] = tile_s + (unsigned)(pixoff[mt * 16 + a_row] + chan_b);
 #pragma unroll
-                for (int j = 0; j < NT; ++j)
+                    for (int j = 0; j < NT; ++j)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-            }
-            const bool second = mt0 + mstep < mtiles;  // warp-uniform
-            for (int kc = 0; kc < kchunks; ++kc) {
-                uint32_t bf[NT][2];
-                if constexpr (VG == 16) {
-                    uint32_t r4[4];
-                    ldsm_x4(r4, b_base + kc * b_step);
-                    bf[0][0] = r4[0]; bf[0][1] = r4[1]; bf[1][0] = r4[2]; bf[1][1] = r4[3];
-                } else {
-                    uint32_t r2[2];
-                    ldsm_x2(r2, b_base + kc * b_step);
-                    bf[0][0] = r2[0]; bf[0][1] = r2[1];
+                        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
                 }
-                const int toff = tapoff[VG == 16 ? kc : 2 * kc + a_half];
+                const bool second = mt0 + mstep < mtiles;  // warp-uniform
+                for (int kc = 0; kc < kchunks; ++kc) {
+                    uint32_t bf[NT][2];
+                    if constexpr (VG == 16) {
+                        uint32_t r4[4];
+                        ldsm_x4(r4, b_base + kc * b_step);
+                        bf[0][0] = r4[0]; bf[0][1] = r4[1]; bf[1][0] = r4[2]; bf[1][1] = r4[3];
+                    } else {
+                        uint32_t r2[2];
+                        ldsm_x2(r2, b_base + kc * b_step);
+                        bf[0][0] = r2[0]; bf[0][1] = r2[1];
+                    }
+                    const int toff = tapoff[VG == 16 ? kc : 2 * kc + a_half];
+#pragma unroll
+                    for (int i = 0; i < PM; ++i) {
+                        if (i > 0 && !second) break;
+                        uint32_t a[4];
+                        ldsm_x4(a, toff >= 0 ? arow[i] + (unsigned)toff : zero_s);
+#pragma unroll
+                        for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], a, bf[j]);
+                    }
+                }
+                // accumulators -> the output staging tile: rows r and r + 8, channels 2q, 2q + 1
 #pragma unroll
                 for (int i = 0; i < PM; ++i) {
                     if (i > 0 && !second) break;
-                    uint32_t a[4];
-                    ldsm_x4(a, toff >= 0 ? arow[i] + (unsigned)toff : zero_s);
+                    const int m = (mt0 + i * mstep) * 16 + (lane >> 2);
 #pragma unroll
-                    for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], a, bf[j]);
-                }
-            }
-            // accumulators -> the output staging tile: row r and r + 8, channels 2q, 2q + 1
-#pragma unroll
-            for (int i = 0; i < PM; ++i) {
-                if (i > 0 && !second) break;
-                const int m = (mt0 + i * mstep) * 16 + (lane >> 2);
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    const int ch = vg * VG + j * 8 + 2 * (lane & 3);
-                    *reinterpret_cast<uint32_t*>(otile + m * pl.pitch + ch * 2) = pack_pair<T>(acc[i][j][0], acc[i][j][1]);
-                    *reinterpret_cast<uint32_t*>(otile + (m + 8) * pl.pitch + ch * 2) =
-                        pack_pair<T>(acc[i][j][2], acc[i][j][3]);
+                    for (int j = 0; j < NT; ++j) {
+                        const int ch = vg * VG + j * 8 + 2 * (lane & 3);
+                        *reinterpret_cast<uint32_t*>(otile + m * pl.pitch + ch * 2) =
+                            pack_pair<T>(acc[i][j][0], acc[i][j][1]);
+                        *reinterpret_cast<uint32_t*>(otile + (m + 8) * pl.pitch + ch * 2) =
+                            pack_pair<T>(acc[i][j][2], acc[i][j][3]);
+                    }
                 }
             }
         }
-    }
-    __syncthreads();
-    // coalesced 16-byte stores of the tile's valid pixels
-    const int units = pl.bc / 8;
-    const int64_t ochans = (int64_t)g.G * g.K;
-    T* cbase = y + (int64_t)b.chunk * pl.bc;
-    for (int i = threadIdx.x; i < pl.th * pl.tw * units; i += kTcThreads) {
-        const int u = i % units, m = i / units;
-        const int oh = b.oh0 + m / pl.tw, ow = b.ow0 + m % pl.tw;
-        if (oh >= g.out[1] || ow >= g.out[2]) continue;
-        *reinterpret_cast<uint4*>(cbase + (((int64_t)(b.n * g.out[0] + b.od) * g.out[1] + oh) * g.out[2] + ow) * ochans + u * 8) =
-            *reinterpret_cast<const uint4*>(otile + m * pl.pitch + u * 16);
+        __syncthreads();  // the input tile is free, the results are staged
+        const TcTile done = cur;
+        if (ti + 1 < last) {
+            cur = tc_tile(g, pl, ti + 1);
+            tc_load_input(g, pl, cur, chunk, x, tile);
+        }
+        cp_async_commit();
+        // coalesced 16-byte stores of the tile's valid pixels
+        const int pstep = kTcThreads / units;
+        int m = threadIdx.x / units;
+        BoxWalk w(m, pl.th, pl.tw);
+        for (; m < pl.th * pl.tw; m += pstep, w.advance(pstep, pl.th, pl.tw)) {
+            const int oh = done.oh0 + w.r, ow = done.ow0 + w.c;
+            if (oh >= g.out[1] || ow >= g.out[2]) continue;
+            *reinterpret_cast<uint4*>(ybase + (((int64_t)(done.n * g.out[0] + done.od) * g.out[1] + oh) * g.out[2] + ow) * ochans) =
+                *reinterpret_cast<const uint4*>(otile + m * pl.pitch + (threadIdx.x & (units - 1)) * 16);
+        }
     }
 }
 
 // ---------------------------------------------------------------- backward weight
-// One fp32 partial row per pixel tile: partial[pixel_tile][g][k][tap][c].
-template <class T, int CPG>
+// Block = (channel block, tap group, band of tiles); one fp32 partial row per band:
+// partial[band][g][k][tap][c]. A warp owns one virtual group and MAXT taps of the group
+// (t0 + i x tstep) and keeps their 16 x 16 sums in registers across the band's tiles.
+template <class T, int CPG, int MAXT>
 __global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                             const T* __restrict__ dy, float* __restrict__ partial) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -295,60 +374,89 @@ __global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, Tc
     unsigned char* dtile = smem + pl.in_bytes;
     int* pixoff = reinterpret_cast<int*>(dtile + pl.out_bytes + 16);
     int* tapoff = pixoff + pl.tm_pad;
-    const TcBlock b = tc_block(g, pl);
-    tc_load_input(g, pl, b, x, tile, pixoff, tapoff);
-    {  // dy under the tile; zeros for pixels outside the image and the padding rows
-        const int units = pl.bc / 8;
-        const int64_t ochans = (int64_t)g.G * g.K;
-        const int valid = pl.th * pl.tw;
-        const T* cbase = dy + (int64_t)b.chunk * pl.bc;
-        for (int i = threadIdx.x; i < pl.tm_pad * units; i += kTcThreads) {
-            const int u = i % units, m = i / units;
-            const int oh = b.oh0 + m / pl.tw, ow = b.ow0 + m % pl.tw;
-            const bool ok = m < valid && oh < g.out[1] && ow < g.out[2];
-            const T* src = ok ? cbase + (((int64_t)(b.n * g.out[0] + b.od) * g.out[1] + oh) * g.out[2] + ow) * ochans + u * 8
-                              : dy;
-            cp_async16(dtile + m * pl.pitch + u * 16, src, ok);
-        }
-    }
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
+    unsigned bx = blockIdx.x;
+    const int chunk = (int)(bx % (unsigned)pl.chunks); bx /= (unsigned)pl.chunks;
+    const int tgroup = (int)(bx % (unsigned)pl.tap_groups); bx /= (unsigned)pl.tap_groups;
+    const int band = (int)bx;
+    const int64_t first = (int64_t)band * pl.band;
+    const int64_t last = min(first + pl.band, pl.pixel_tiles);
+    tc_tables(g, pl, pixoff, tapoff);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tile);
     const unsigned dtile_s = (unsigned)__cvta_generic_to_shared(dtile);
-    const int vg = warp % pl.vgs, tstep = 4 / pl.vgs;
+    const int vg = warp % pl.vgs, tstep = kTcWarps / pl.vgs;
+    const int t0 = tgroup * pl.group_taps + warp / pl.vgs;
     const int mat = lane >> 3, row = lane & 7;
     // A = dy^T (16 k x 16 pixels): matrix (pixel half mat >> 1, channel half mat & 1)
     const unsigned a_base = dtile_s + (unsigned)((row + 8 * (mat >> 1)) * pl.pitch + (vg * 16 + 8 * (mat & 1)) * 2);
     // B = x (16 pixels x 16 c): matrix (channel half mat >> 1, pixel half mat & 1)
     const int b_px = row + 8 * (mat & 1);
-    const unsigned b_chan = (unsigned)((vg * 16 + 8 * (mat >> 1)) * 2);
+    const unsigned b_chan = tile_s + (unsigned)((vg * 16 + 8 * (mat >> 1)) * 2);
     const int mtiles = pl.tm_pad / 16;
-    const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
-    float* prow = partial + b.pixel_tile * elems;
-    const int q = lane & 3, r = lane >> 2;
-    for (int t = warp / pl.vgs; t < g.taps; t += tstep) {
-        const unsigned toff = tile_s + (unsigned)tapoff[t] + b_chan;
-        float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        for (int mt = 0; mt < mtiles; ++mt) {
-            uint32_t a[4], bq[4];
-            ldsm_x4_trans(a, a_base + (unsigned)(mt * 16 * pl.pitch));
-            ldsm_x4_trans(bq, toff + (unsigned)pixoff[mt * 16 + b_px]);
-            const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
-            mma16816<T>(acc[0], a, b0);
-            mma16816<T>(acc[1], a, b1);
+    const int units = pl.bc / 8;
+    const int64_t ochans = (int64_t)g.G * g.K;
+    const T* dbase = dy + (int64_t)chunk * pl.bc + (threadIdx.x & (units - 1)) * 8;
+    const int valid = pl.th * pl.tw;
+
+    float acc[MAXT][2][4];
+#pragma unroll
+    for (int i = 0; i < MAXT; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    for (int64_t ti = first; ti < last; ++ti) {
+        const TcTile t = tc_tile(g, pl, ti);
+        __syncthreads();  // the previous tile's reads are done
+        tc_load_input(g, pl, t, chunk, x, tile);
+        {  // dy under the tile; zeros for pixels outside the image and the padding rows
+            const int pstep = kTcThreads / units;
+            int m = threadIdx.x / units;
+            BoxWalk w(m, pl.th, pl.tw);
+            for (; m < pl.tm_pad; m += pstep, w.advance(pstep, pl.th, pl.tw)) {
+                const int oh = t.oh0 + w.r, ow = t.ow0 + w.c;
+                const bool ok = m < valid && oh < g.out[1] && ow < g.out[2];
+                const T* src = ok ? dbase + (((int64_t)(t.n * g.out[0] + t.od) * g.out[1] + oh) * g.out[2] + ow) * ochans : dy;
+                cp_async16(dtile + m * pl.pitch + (threadIdx.x & (units - 1)) * 16, src, ok);
+            }
         }
-        // D[k][c]: acc[j][0..1] -> (k = r, c = 8j + 2q, + 1), acc[j][2..3] -> k = r + 8
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        for (int mt = 0; mt < mtiles; ++mt) {
+            uint32_t a[4];
+            ldsm_x4_trans(a, a_base + (unsigned)(mt * 16 * pl.pitch));
+            const unsigned px = b_chan + (unsigned)pixoff[mt * 16 + b_px];
+#pragma unroll
+            for (int i = 0; i < MAXT; ++i) {
+                const int tap = t0 + i * tstep;
+                if (tap >= g.taps) break;  // warp-uniform
+                uint32_t bq[4];
+                ldsm_x4_trans(bq, px + (unsigned)tapoff[tap]);
+                const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
+                mma16816<T>(acc[i][0], a, b0);
+                mma16816<T>(acc[i][1], a, b1);
+            }
+        }
+    }
+    // D[k][c]: acc[i][j][0..1] -> (k = r, c = 8j + 2q, + 1), acc[i][j][2..3] -> k = r + 8
+    const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
+    float* prow = partial + (int64_t)band * elems;
+    const int q = lane & 3, r = lane >> 2;
+#pragma unroll
+    for (int i = 0; i < MAXT; ++i) {
+        const int tap = t0 + i * tstep;
+        if (tap >= g.taps) break;
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int k = r + 8 * (e >> 1), c = 8 * j + 2 * q + (e & 1);
                 if (k / CPG != c / CPG) continue;  // across real groups: not a weight
-                const int64_t grp = ((int64_t)b.chunk * pl.bc + vg * 16 + k) / CPG;
-                prow[((grp * CPG + k % CPG) * g.taps + t) * CPG + c % CPG] = acc[j][e];
+                const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16 + k) / CPG;
+                prow[((grp * CPG + k % CPG) * g.taps + tap) * CPG + c % CPG] = acc[i][j][e];
             }
     }
 }
@@ -370,7 +478,7 @@ struct Sm90TcConv {
             }
         }
         *dg = d;
-        return tc_plan(d, CPG, TM, kWgrad, pl);
+        return tc_plan(d, CPG, TM, kWgrad, device::multiprocessors(), pl);
     }
 
     static int supports(const TdConvProblem& p, std::string* why) {
@@ -396,7 +504,7 @@ struct Sm90TcConv {
     }
 
     static size_t workspace_bytes(const ConvGeometry& g, const TcPlan& pl) {
-        if (kWgrad) return (size_t)pl.pixel_tiles * (size_t)(g.G * g.K * g.taps() * g.C) * sizeof(float);
+        if (kWgrad) return (size_t)pl.bands * (size_t)(g.G * g.K * g.taps() * g.C) * sizeof(float);
         return (size_t)pl.chunks * pl.w_bytes;  // the packed weight images
     }
 
@@ -425,13 +533,13 @@ struct Sm90TcConv {
         const T* w = static_cast<const T*>(wei);
         const T* dy = static_cast<const T*>(out);
         if constexpr (kWgrad) {
-            auto kernel = conv_wgrad_tc<T, CPG>;
+            auto kernel = pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             float* part = static_cast<float*>(scratch);
             kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part);
             const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
             conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
-                part, static_cast<T*>(const_cast<void*>(wei)), elems, (int)pl.pixel_tiles);
+                part, static_cast<T*>(const_cast<void*>(wei)), elems, pl.bands);
         } else {
             const bool flip = Direction == TD_CONV_BWD_DATA;
             T* img = static_cast<T*>(scratch);
