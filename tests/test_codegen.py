@@ -290,8 +290,8 @@ def test_implicit_conv_variants_expand_and_names_round_trip():
 
 
 def test_wgrad_split_manifest_expands_and_names_round_trip():
-    """The opt-in batch-split bwd_weight variants (not yet run on a GPU): split 2 and 4 in
-    the name and the knobs, parsed back to the same config; the default manifest has none."""
+    """The batch-split bwd_weight variants: split 2 and 4 in the opt-in sweep, split 2 in the
+    default manifest (bwd_weight only), in the name and the knobs, parsed back."""
     configs = expand(load_manifest(ROOT / "bench/sweeps/sm90_conv_wgrad_split.yaml"), ["sm_90a"]).configs
     split = [c for c in configs if c.knobs.split > 1]
     assert len(split) == 3 * 2 * 2 and {c.knobs.split for c in split} == {2, 4}
@@ -299,8 +299,10 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     assert "conv_bwdweight_nhwgc_bf16_128x128x64_implicit_c1x1_s4_sm90a" in names
     for c in configs:
         assert config_from_name(c.name) == c
-    default = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
-    assert all(c.knobs.split == 1 for c in default if hasattr(c.knobs, "split"))
+    default = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs if hasattr(c.knobs, "split")]
+    split = [c for c in default if c.knobs.split > 1]
+    assert len(split) == 3 * 2 and {c.knobs.split for c in split} == {2}
+    assert {c.direction.key for c in split} == {"bwd_weight"}
 
 
 @pytest.mark.parametrize("knobs, tile, why", [
