@@ -281,7 +281,7 @@ def test_implicit_conv_variants_expand_and_names_round_trip():
     rank, two tiles each, bf16 and fp16, names parsed back to the same config."""
     configs = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
                if c.knobs.algorithm == "implicit"]
-    assert len(configs) == 3 * 3 * 2 * 2
+    assert len(configs) == 3 * 3 * 2 * 2 + 3 * 2  # + bwd_weight split 2
     names = {c.name for c in configs}
     assert "conv_bwdweight_ndhwgc_fp16_64x64x64_implicit_c1x1_sm90a" in names
     assert "conv_fwd_nhwgc_bf16_64x256x64_implicit_c1x1_sm90a" in names
