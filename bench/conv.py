@@ -5,7 +5,7 @@ For each problem and direction: microseconds of the dispatcher's pick and of cuD
 (L2 flushed before every run, round-robin, medians), TFLOP/s, the memory floor (bytes of
 input + weight + output over the copy bandwidth), and the ratios.
 
-    python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME]
+    python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME] [--pick-only]
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def timed(fn, flush):
     return start.elapsed_time(stop) * 1e3  # us
 
 
-def bench_problem(prob, direction, reps, flush, d, target):
+def bench_problem(prob, direction, reps, flush, d, target, others=True):
     name, N, G, C, K, inp, fil, st, pad, kind = prob
     nd = len(inp)
     out = tuple((i + 2 * pad - (f - 1) - 1) // st + 1 for i, f in zip(inp, fil))
@@ -96,7 +96,7 @@ def bench_problem(prob, direction, reps, flush, d, target):
         got = lambda: channels_last(res)  # noqa: E731
     # every compiled variant that takes the problem, timed the same way: the best of them
     candidates = {}
-    for k in d.kernels:
+    for k in d.kernels if others else []:
         if d.is_supported(problem, kernel=k.name):
             candidates[k.name] = ours_for(k.name)
             candidates[k.name]()
@@ -131,6 +131,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json")
     ap.add_argument("--only", help="comma-separated problem names")
+    ap.add_argument("--pick-only", action="store_true",
+                    help="time the dispatcher's pick only, not every compiled kernel that takes the problem "
+                         "(bench/conv_profile.sh: one launch per direction to profile)")
     args = ap.parse_args(argv)
     torch.backends.cudnn.benchmark = True
     target = next((t for t in device_targets() if t in td.registry().targets), None)
@@ -147,7 +150,7 @@ def main(argv=None):
             continue
         for direction in DIRECTIONS:
             try:
-                r = bench_problem(prob, direction, args.reps, flush, d, target)
+                r = bench_problem(prob, direction, args.reps, flush, d, target, not args.pick_only)
             except Exception as err:  # a failing problem is reported, the rest still run
                 print(f"{prob[0]:20s} {direction:10s} FAILED: {err}", flush=True)
                 rows.append({"problem": prob[0], "direction": direction, "error": str(err)})

@@ -103,10 +103,10 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     // the global-memory mma kernels (H200, bench/conv.py: ResNeXt-50 fwd 65 -> 51 us,
     // ResNeXt-101 196 -> 92, 3D 16 per group 284 -> 149); 256 pixels per block first (faster
     // than 128 and 512 in every direction there).
-    // Below 4 channels per group (a diagonal block-diagonal: 1/8 of the MMA's work useful)
-    // behind the direct kernels: NOT YET MEASURED.
+    // Below 4 channels per group (1/8 of the MMA's work useful) they lost to the direct
+    // kernels on every depthwise problem there: behind them (ahead of the generic one only).
     if (k.schedule == 6)
-        return (k.micro_m >= 4 ? 0.4 : 1.5) + 0.001 * std::fabs(std::log2((double)k.tile_m / 256.0));
+        return (k.micro_m >= 4 ? 0.4 : 1e6) + 0.001 * std::fabs(std::log2((double)k.tile_m / 256.0));
     return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,
                           p.base.split_k > 0 ? p.base.split_k : workers, workers);
 }

@@ -28,7 +28,7 @@
 
 namespace td::cuda {
 
-constexpr int kTcThreads = 128;  // four warps
+constexpr int kTcThreads = 256;  // eight warps: two or four per virtual group
 constexpr int kTcWarps = kTcThreads / 32;
 
 struct TcPlan {
