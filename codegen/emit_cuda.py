@@ -24,7 +24,7 @@ def emit(config) -> str:
                               + (f", {k.split}>" if k.split > 1 else ">"))
         if k.algorithm == "tiled_mma":
             return definition(config, "cuda/conv_mma_tiled.cuh",
-                              f"cuda::Sm90TcConv<{head}, {k.channels_per_group}, {config.tile[0]}>")
+                              f"cuda::Sm90TcConv<{head}, {k.channels_per_group}, {config.tile[0]}, {config.tile[1]}>")
         if k.algorithm == "mma":
             return definition(config, "cuda/conv_mma.cuh",
                               f"cuda::Sm90MmaConv<{head}, {k.channels_per_group}, {config.tile[0]}>")

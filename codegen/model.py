@@ -473,13 +473,13 @@ class CudaKnobs:
 
     def _tiled_mma_problems(self, dtype, tile) -> list[str]:
         """Tensor-core grouped conv from shared-memory tiles (bindings/cuda/conv_mma_tiled.cuh):
-        tile = (output pixels per block, 32 channels per block, 16 = the MMA's K); every direction."""
+        tile = (output pixels per block, 16 or 32 channels per block, 16 = the MMA's K); every direction."""
         out = []
         if dtype not in (DType.FP16, DType.BF16):
             out.append(f"tiled_mma convolution kernels take fp16 or bf16, not {dtype.key}")
-        if tile[0] not in (64, 128, 256, 512) or tuple(tile[1:]) != (32, 16):
-            out.append(f"tiled_mma tile must be [64|128|256|512, 32, 16] (pixels per block, channels, MMA K), "
-                       f"not {list(tile)}")
+        if tile[0] not in (64, 128, 256, 512) or tile[1] not in (16, 32) or tile[2] != 16:
+            out.append(f"tiled_mma tile must be [64|128|256|512, 16|32, 16] (pixels per block, channels per block, "
+                       f"MMA K), not {list(tile)}")
         return out
 
     def _cutlass_tile_problems(self, dtype, tile) -> list[str]:

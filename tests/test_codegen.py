@@ -267,7 +267,7 @@ def test_tiled_mma_conv_variants_expand_and_names_round_trip():
     16 channels per group, two tiles per direction, bf16 and fp16; names parse back."""
     configs = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
                if c.knobs.algorithm == "tiled_mma"]
-    assert len(configs) == 3 * 3 * 3 * 2 * 2
+    assert len(configs) == 3 * 3 * 3 * 2 * 2 + 2 * 3 * 2  # + 16 channels per block at 16 per group
     assert {c.knobs.channels_per_group for c in configs} == {4, 8, 16}
     names = {c.name for c in configs}
     assert "conv_fwd_nhwgc_bf16_128x32x16_tiledmma_cpg8_sm90a" in names
@@ -320,7 +320,7 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),
     ("{algorithm: mma, channels_per_group: 1}", "[32, 8, 16]", "not one of 2, 4, 8, 16, 32 (mma)"),
     ("{algorithm: tiled_mma, channels_per_group: 32}", "[128, 32, 16]", "not one of 1, 2, 4, 8, 16 (tiled_mma)"),
-    ("{algorithm: tiled_mma, channels_per_group: 8}", "[96, 32, 16]", "tiled_mma tile must be [64|128|256|512, 32, 16]"),
+    ("{algorithm: tiled_mma, channels_per_group: 8}", "[96, 32, 16]", "tiled_mma tile must be [64|128|256|512, 16|32, 16]"),
     ("{algorithm: tiled_mma, channels_per_group: 8, cluster: [1, 1]}", "[128, 32, 16]", "takes no cluster"),
 ])
 def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):

@@ -3,7 +3,7 @@
 // direction, 1D/2D/3D, channels-last. bindings/cuda/conv_mma.cuh reads its fragments from
 // global memory with per-element index arithmetic; this kernel copies each tile once.
 //
-// A block owns BC channels (32, or 16 where G x CPG is not a multiple of 32) and a tile of
+// A block owns BC channels (TC: 32, or 16 where G x CPG is not a multiple of 32) and a tile of
 // output pixels (TM at most: th rows x tw columns of one output depth plane). The channels
 // form virtual groups of VG (8 below 16 channels per group, else 16): a virtual group holds
 // VG / CPG real groups, and its weight matrix is block-diagonal (zeros between real
@@ -55,11 +55,11 @@ inline int balanced(int n, int most) {
 
 // The plan of a problem described as a forward (bwd_data: over dy with the flipped filter).
 // wgrad: bwd_weight, whose blocks each walk several tiles (fewer fp32 partial rows).
-inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, bool wgrad, int sms, TcPlan* out) {
+inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad, int sms, TcPlan* out) {
     TcPlan p{};
     const int chans = g.G * cpg;
     p.vg = (wgrad || cpg == 16) ? 16 : 8;
-    p.bc = chans % 32 == 0 ? 32 : (chans % 16 == 0 ? 16 : 0);
+    p.bc = chans % 32 == 0 && tc >= 32 ? 32 : (chans % 16 == 0 ? 16 : 0);
     if (!p.bc || p.bc < p.vg || cpg > p.vg || p.vg % cpg) return false;
     p.vgs = p.bc / p.vg;
     p.pitch = p.bc * 2 + 16;
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
                                                           const T* __restrict__ wimg, T* __restrict__ y) {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int NT = VG / 8;  // n8 tiles per virtual group
-    constexpr int PM = 2;       // m16 tiles a warp carries at once
+    constexpr int PM = 4;       // m16 tiles a warp carries at once (independent MMAs, one B load)
     unsigned char* tile = smem;
     unsigned char* otile = smem + pl.in_bytes;
     unsigned char* wsm = otile + pl.out_bytes;
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
 #pragma unroll
                         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
                 }
-                const bool second = mt0 + mstep < mtiles;  // warp-uniform
+                const int count = (mtiles - 1 - mt0) / mstep + 1;  // m tiles of this step (warp-uniform)
                 for (int kc = 0; kc < kchunks; ++kc) {
                     uint32_t bf[NT][2];
                     if constexpr (VG == 16) {
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
                     const int toff = tapoff[VG == 16 ? kc : 2 * kc + a_half];
 #pragma unroll
                     for (int i = 0; i < PM; ++i) {
-                        if (i > 0 && !second) break;
+                        if (i >= count) break;
                         uint32_t a[4];
                         ldsm_x4(a, toff >= 0 ? arow[i] + (unsigned)toff : zero_s);
 #pragma unroll
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
                 // accumulators -> the output staging tile: rows r and r + 8, channels 2q, 2q + 1
 #pragma unroll
                 for (int i = 0; i < PM; ++i) {
-                    if (i > 0 && !second) break;
+                    if (i >= count) break;
                     const int m = (mt0 + i * mstep) * 16 + (lane >> 2);
 #pragma unroll
                     for (int j = 0; j < NT; ++j) {
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, Tc
     }
 }
 
-template <int DType, int Ndim, int Direction, int CPG, int TM>
+template <int DType, int Ndim, int Direction, int CPG, int TM, int TC = 32>
 struct Sm90TcConv {
     using T = typename ConvElement<DType>::T;
     static constexpr int VG = CPG == 16 ? 16 : 8;
@@ -478,7 +478,7 @@ struct Sm90TcConv {
             }
         }
         *dg = d;
-        return tc_plan(d, CPG, TM, kWgrad, device::multiprocessors(), pl);
+        return tc_plan(d, CPG, TM, TC, kWgrad, device::multiprocessors(), pl);
     }
 
     static int supports(const TdConvProblem& p, std::string* why) {
@@ -558,7 +558,7 @@ struct Sm90TcConv {
     // KernelInfo: tile = (output pixels per block, channels per block, MMA K), micro_m =
     // channels per group, schedule 6 = tensor-core convolution from shared-memory tiles.
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, kWgrad ? 1 : -1, TM, 32, 16, CPG, 0, 6, 0},
+        return ConvKernel{{name, DType, Ndim, Direction, kWgrad ? 1 : -1, TM, TC, 16, CPG, 0, 6, 0},
                           &supports, &workspace_size, &run};
     }
 };
