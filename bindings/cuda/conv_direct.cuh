@@ -522,13 +522,27 @@ __global__ void conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict_
     for (int t = 0; t < MAXX; ++t)
 #pragma unroll
         for (int v = 0; v < VC; ++v) acc[t][v] = 0.f;
-    for (int64_t u = begin; u < end; ++u) {
-        const int64_t r = u / segs;
-        const int w_begin = (int)(u % segs) * seg_len;
+    // the unit's (segment, row, plane, image), advanced per unit: no 64-bit division per unit
+    int seg = 0, oh = 0, od = 0, n = 0;
+    if (begin < end) {
+        const int64_t r = begin / segs;
+        seg = (int)(begin % segs);
+        oh = (int)(r % g.out[1]);
+        od = (int)(r / g.out[1] % g.out[0]);
+        n = (int)(r / ((int64_t)g.out[1] * g.out[0]));
+    }
+    auto advance = [&]() {
+        if (++seg < segs) return;
+        seg = 0;
+        if (++oh < g.out[1]) return;
+        oh = 0;
+        if (++od < g.out[0]) return;
+        od = 0;
+        ++n;
+    };
+    for (int64_t u = begin; u < end; ++u, advance()) {
+        const int w_begin = seg * seg_len;
         const int w_end = w_begin + seg_len < g.out[2] ? w_begin + seg_len : g.out[2];
-        const int oh = (int)(r % g.out[1]);
-        const int od = (int)(r / g.out[1] % g.out[0]);
-        const int n = (int)(r / ((int64_t)g.out[1] * g.out[0]));
         const int id = od * g.stride[0] - g.pad[0] + fz * g.dil[0];
         const int ih = oh * g.stride[1] - g.pad[1] + fy * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;

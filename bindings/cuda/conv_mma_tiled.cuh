@@ -145,12 +145,12 @@ __global__ void tc_pack_weights(DeviceGeometry g, int tp, bool flip, const T* __
                                 int64_t total) {
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= total) return;
-    int64_t r = e;
+    unsigned r = (unsigned)e;  // the image is far below 2^31 elements
     const int k8 = (int)(r % 8); r /= 8;
     const int n = (int)(r % VG); r /= VG;
     const int kh = (int)(r % (VG / 8)); r /= VG / 8;
-    const int t = (int)(r % tp);
-    const int64_t vgl = r / tp;  // virtual group over all channels
+    const int t = (int)(r % (unsigned)tp);
+    const int64_t vgl = r / (unsigned)tp;  // virtual group over all channels
     const int k = kh * 8 + k8;
     T v = from_float<T>(0.f);
     if (n / CPG == k / CPG && t < g.taps) {
@@ -161,17 +161,20 @@ __global__ void tc_pack_weights(DeviceGeometry g, int tp, bool flip, const T* __
     img[e] = v;
 }
 
-// One output tile: batch image, output depth plane, first row and column.
+// One output tile: batch image, output depth plane, first row and column. 32-bit unsigned
+// arithmetic (tc_plan keeps the tile count below 2^31): a 64-bit division is a long
+// software routine, and four of them per tile were most of the kernel's instructions
+// (Nsight Compute: integer ALU the busiest pipe).
 struct TcTile {
     int n, od, oh0, ow0;
 };
 __device__ __forceinline__ TcTile tc_tile(const DeviceGeometry& g, const TcPlan& pl, int64_t index) {
     TcTile t;
-    int64_t i = index;
-    const int tw = (int)(i % pl.tiles_w); i /= pl.tiles_w;
-    const int th = (int)(i % pl.tiles_h); i /= pl.tiles_h;
-    t.od = (int)(i % g.out[0]);
-    t.n = (int)(i / g.out[0]);
+    unsigned i = (unsigned)index;
+    const int tw = (int)(i % (unsigned)pl.tiles_w); i /= (unsigned)pl.tiles_w;
+    const int th = (int)(i % (unsigned)pl.tiles_h); i /= (unsigned)pl.tiles_h;
+    t.od = (int)(i % (unsigned)g.out[0]);
+    t.n = (int)(i / (unsigned)g.out[0]);
     t.oh0 = th * pl.th;
     t.ow0 = tw * pl.tw;
     return t;
