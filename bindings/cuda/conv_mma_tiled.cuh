@@ -64,10 +64,11 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     p.vgs = p.bc / p.vg;
     p.pitch = p.bc * 2 + 16;
     p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
-    if (wgrad) {  // warps per virtual group split the taps; 8 or 16 accumulator sets a warp
+    if (wgrad) {  // warps per virtual group split the taps; 4, 8 or 16 accumulator sets a warp
+        // (registers: 2D 3x3 needs 3 and at 8 ran two blocks per SM where 4 allows three)
         const int wpg = kTcWarps / p.vgs;
         const int per_warp = (g.taps + wpg - 1) / wpg;
-        p.maxt = per_warp <= 8 ? 8 : 16;
+        p.maxt = per_warp <= 4 ? 4 : per_warp <= 8 ? 8 : 16;
         p.tap_groups = (per_warp + p.maxt - 1) / p.maxt;
         p.group_taps = p.maxt * wpg;
     } else {
@@ -536,7 +537,8 @@ struct Sm90TcConv {
         const T* w = static_cast<const T*>(wei);
         const T* dy = static_cast<const T*>(out);
         if constexpr (kWgrad) {
-            auto kernel = pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
+            auto kernel = pl.maxt == 4 ? conv_wgrad_tc<T, CPG, 4>
+                        : pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             float* part = static_cast<float*>(scratch);
             kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part);
