@@ -100,15 +100,15 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     if (k.schedule == 3) return k.micro_m >= 16 ? 0.5 : 1e6;
     if (k.schedule == 4 || k.schedule == 5) return cutlass_conv_cost(p, g, k, workers);
     // tensor cores from shared-memory tiles (conv_mma_tiled.cuh): ahead of the direct and
-    // the global-memory mma kernels (H200, bench/conv.py: ResNeXt-50 fwd 65 -> 44 us,
-    // ResNeXt-101 196 -> 77, 3D 16 per group 284 -> 105); pixels per block nearest 256 for
-    // fwd / bwd_data, 512 for bwd_weight (ResNeXt-50 70 us against 80 at 256, ResNeXt-101
-    // 109 against 119), then 32 channels per block before 16.
+    // the global-memory mma kernels (H200, bench/conv.py: ResNeXt-50 fwd 65 -> 42 us,
+    // ResNeXt-101 196 -> 72, 3D 16 per group 284 -> 102); pixels per block nearest 256 (the
+    // fastest in every direction in the last run: bwd_weight ResNeXt-50 66.8 us against
+    // 71.4 at 512, ResNeXt-101 97.7 against 112), then 32 channels per block before 16.
     // Below 4 channels per group (1/8 of the MMA's work useful) they lost to the direct
     // kernels on every depthwise problem there: behind them (ahead of the generic one only).
     if (k.schedule == 6)
         return (k.micro_m >= 4 ? 0.4 : 1e6) + 0.0005 * (k.tile_n < 32) +
-               0.001 * std::fabs(std::log2((double)k.tile_m / (p.base.direction == TD_CONV_BWD_WEIGHT ? 512.0 : 256.0)));
+               0.001 * std::fabs(std::log2((double)k.tile_m / 256.0));
     return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,
                           p.base.split_k > 0 ? p.base.split_k : workers, workers);
 }
