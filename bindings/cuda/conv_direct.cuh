@@ -730,6 +730,23 @@ inline int conv_variant_matches(const TdConvProblem& p, int dtype, int ndim, int
     return TD_OK;
 }
 
+// The kernels specialised for a channel count per group: C = K = cpg, else TD_UNSUPPORTED.
+inline int conv_channels_are(const ConvGeometry& g, int cpg, std::string* why) {
+    if (g.C == cpg && g.K == cpg) return TD_OK;
+    *why = "channels per group C=" + std::to_string(g.C) + ", K=" + std::to_string(g.K) +
+           " (this kernel takes C = K = " + std::to_string(cpg) + ")";
+    return TD_UNSUPPORTED;
+}
+
+// Every tensor below 2^31 elements (32-bit index arithmetic on the device), else TD_UNSUPPORTED.
+inline int conv_tensors_fit_int32(const ConvGeometry& g, std::string* why) {
+    const int64_t biggest = std::max({g.N * g.in_pixels() * g.G * g.C, g.N * g.out_pixels() * g.G * g.K,
+                                      g.G * g.K * g.taps() * g.C});
+    if (biggest <= INT32_MAX && g.N <= INT32_MAX) return TD_OK;
+    *why = "a tensor has 2^31 elements or more";
+    return TD_UNSUPPORTED;
+}
+
 template <int DType, int Ndim, int Direction, int CPG, int PW, int VC, int Threads>
 struct Sm90DirectConv {
     using T = typename ConvElement<DType>::T;
@@ -739,20 +756,13 @@ struct Sm90DirectConv {
         ConvGeometry g{};
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
         if (CPG > 0) {
-            if (g.C != CPG || g.K != CPG) {
-                *why = "channels per group C=" + std::to_string(g.C) + ", K=" + std::to_string(g.K) +
-                       " (this kernel takes C = K = " + std::to_string(CPG) + ")";
-                return TD_UNSUPPORTED;
-            }
+            if (int st = conv_channels_are(g, CPG, why)) return st;
             if ((g.G * CPG) % VC) {
                 *why = "G x channels is not a multiple of " + std::to_string(VC) + " channels per thread";
                 return TD_UNSUPPORTED;
             }
         }
-        const int64_t biggest = std::max({g.N * g.in_pixels() * g.G * g.C, g.N * g.out_pixels() * g.G * g.K,
-                                          g.G * g.K * g.taps() * g.C});
-        if (biggest > INT32_MAX || g.N > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
-        return TD_OK;
+        return conv_tensors_fit_int32(g, why);
     }
 
     static constexpr int SY = Threads / 32;  // slices per block of the direct bwd_weight kernel

@@ -488,19 +488,13 @@ struct Sm90TcConv {
     static int supports(const TdConvProblem& p, std::string* why) {
         ConvGeometry g{};
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
-        if (g.C != CPG || g.K != CPG) {
-            *why = "channels per group C=" + std::to_string(g.C) + ", K=" + std::to_string(g.K) +
-                   " (this kernel takes C = K = " + std::to_string(CPG) + ")";
-            return TD_UNSUPPORTED;
-        }
+        if (int st = conv_channels_are(g, CPG, why)) return st;
         if ((g.G * CPG) % 16) { *why = "G x channels is not a multiple of 16"; return TD_UNSUPPORTED; }
         if (Direction == TD_CONV_BWD_DATA && g.stride[0] * g.stride[1] * g.stride[2] != 1) {
             *why = "bwd_data at stride > 1 (this kernel runs the flipped forward)";
             return TD_UNSUPPORTED;
         }
-        const int64_t biggest = std::max({g.N * g.in_pixels() * g.G * g.C, g.N * g.out_pixels() * g.G * g.K,
-                                          g.G * g.K * g.taps() * g.C});
-        if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
+        if (int st = conv_tensors_fit_int32(g, why)) return st;
         DeviceGeometry d{};
         TcPlan pl{};
         if (!plan(g, &d, &pl)) { *why = "the tile with its halo does not fit shared memory"; return TD_UNSUPPORTED; }
