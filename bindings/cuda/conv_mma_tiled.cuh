@@ -1,6 +1,7 @@
 // cuda backend: grouped convolution on tensor cores from shared-memory tiles (mma.sync
-// m16n8k16 fed by ldmatrix, fp32 accumulation) for 2 to 16 channels per group; every
-// direction, 1D/2D/3D, channels-last. bindings/cuda/conv_mma.cuh reads its fragments from
+// m16n8k16 fed by ldmatrix, fp32 accumulation) for 1 to 16 channels per group (the default
+// manifest builds 4, 8 and 16: below 4 the direct kernels were faster); every direction,
+// 1D/2D/3D, channels-last. A block has eight warps. bindings/cuda/conv_mma.cuh reads its fragments from
 // global memory with per-element index arithmetic; this kernel copies each tile once.
 //
 // A block owns BC channels (TC: 32, or 16 where G x CPG is not a multiple of 32) and a tile of
@@ -16,8 +17,11 @@
 //              transposed (pad' = dil (F - 1) - pad), as conv_tiled.cuh does.
 //   bwd_weight D[k][c] (one 16-channel virtual group, one tap) = sum over pixels of
 //              dy[pixel][k] * x[in(pixel, tap)][c]: both operands from the tiles through
-//              ldmatrix.trans; a warp owns (virtual group, taps) and writes its block's fp32
-//              partial; conv_bwd_weight_reduce adds the blocks in a fixed order.
+//              ldmatrix.trans; a warp owns (virtual group, up to MAXT taps) and keeps their
+//              sums in registers across the block's band of tiles; each band writes one
+//              fp32 partial row; conv_bwd_weight_reduce adds the rows in a fixed order.
+// A forward block walks a band of tiles too: weights loaded once, the next tile's copy
+// started before this tile's results are stored.
 // The weights are packed once per call by a small kernel into the exact shared-memory image
 // every block copies (block-diagonal, taps padded, bwd_data flipped): no per-block index math.
 // In shared memory a pixel takes BC x 2 + 16 bytes (an odd count of 16-byte slots), so the
