@@ -247,10 +247,15 @@ def test_auto_targets_skip_gpus_this_machine_cannot_build(monkeypatch):
     assert targets.resolve(["cpu", "sm_90a"], messages.append) == ["cpu", "sm_90a"]  # explicit: kept
 
 
+def sm90_default_configs():
+    """Every sm_90a variant the default manifest expands to."""
+    return expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
+
+
 def test_default_manifest_sm90a_direct_conv_variants():
     """Own direct kernels for every direction and rank, each channel count per group of the
     suite (1, 2, 4, 8, 16) and the generic one, bf16 and fp16."""
-    every = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs if c.op == "conv"]
+    every = [c for c in sm90_default_configs() if c.op == "conv"]
     convs = [c for c in every if c.knobs.algorithm == "direct"]
     assert len(convs) == 6 * 3 * 3 * 2 + 2 * 2 * 3 * 2  # + two more depthwise pixel counts
     mma = [c for c in every if c.knobs.algorithm == "mma"]
@@ -265,8 +270,7 @@ def test_default_manifest_sm90a_direct_conv_variants():
 def test_tiled_mma_conv_variants_expand_and_names_round_trip():
     """Tensor-core grouped conv from shared-memory tiles: every direction and rank, 4, 8 and
     16 channels per group, two tiles per direction, bf16 and fp16; names parse back."""
-    configs = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
-               if c.knobs.algorithm == "tiled_mma"]
+    configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "tiled_mma"]
     assert len(configs) == 3 * 3 * 3 * 2 * 2 + 2 * 3 * 2  # + 16 channels per block at 16 per group
     assert {c.knobs.channels_per_group for c in configs} == {4, 8, 16}
     names = {c.name for c in configs}
@@ -279,8 +283,7 @@ def test_tiled_mma_conv_variants_expand_and_names_round_trip():
 def test_implicit_conv_variants_expand_and_names_round_trip():
     """CUTLASS sm90 implicit-GEMM convolution in the default manifest: every direction and
     rank, two tiles each, bf16 and fp16, names parsed back to the same config."""
-    configs = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
-               if c.knobs.algorithm == "implicit"]
+    configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "implicit"]
     assert len(configs) == 3 * 3 * 2 * 2 + 3 * 2  # + bwd_weight split 2
     names = {c.name for c in configs}
     assert "conv_bwdweight_ndhwgc_fp16_64x64x64_implicit_c1x1_sm90a" in names
@@ -299,7 +302,7 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     assert "conv_bwdweight_nhwgc_bf16_128x128x64_implicit_c1x1_s4_sm90a" in names
     for c in configs:
         assert config_from_name(c.name) == c
-    default = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs if hasattr(c.knobs, "split")]
+    default = [c for c in sm90_default_configs() if hasattr(c.knobs, "split")]
     split = [c for c in default if c.knobs.split > 1]
     assert len(split) == 3 * 2 and {c.knobs.split for c in split} == {2}
     assert {c.direction.key for c in split} == {"bwd_weight"}
