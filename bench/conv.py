@@ -5,7 +5,7 @@ For each problem and direction: microseconds of the dispatcher's pick and of cuD
 (L2 flushed before every run, round-robin, medians), TFLOP/s, the memory floor (bytes of
 input + weight + output over the copy bandwidth), and the ratios.
 
-    python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME] [--pick-only]
+    python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME] [--pick-only] [--every]
 """
 from __future__ import annotations
 
@@ -111,10 +111,12 @@ def bench_problem(prob, direction, reps, flush, d, target, others=True):
         theirs_t.append(timed(theirs, flush))
     us, cudnn_us = statistics.median(ours_t), statistics.median(theirs_t)
     best_name, best_us = kernel, us
+    every = {kernel: us}
     for kname, run_one in candidates.items():
         if kname == kernel:
             continue
         t = statistics.median([timed(run_one, flush) for _ in range(max(5, reps // 3))])
+        every[kname] = t
         if t < best_us:
             best_name, best_us = kname, t
     flops = 2.0 * N * math.prod(out) * G * K * C * math.prod(fil)
@@ -123,7 +125,8 @@ def bench_problem(prob, direction, reps, flush, d, target, others=True):
     return {"problem": name, "kind": kind, "direction": direction, "kernel": kernel, "us": us,
             "cudnn_us": cudnn_us, "tflops": flops / us * 1e-6, "cudnn_tflops": flops / cudnn_us * 1e-6,
             "floor_us": floor_us, "vs_cudnn": cudnn_us / us, "vs_floor": us / floor_us, "rel_error": rel,
-            "best_kernel": best_name, "best_us": best_us, "candidates": len(candidates)}
+            "best_kernel": best_name, "best_us": best_us, "candidates": len(candidates),
+            "every_us": dict(sorted(every.items(), key=lambda kv: kv[1]))}
 
 
 def main(argv=None):
@@ -131,6 +134,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json")
     ap.add_argument("--only", help="comma-separated problem names")
+    ap.add_argument("--every", action="store_true", help="also list every compiled kernel's time, fastest first")
     ap.add_argument("--pick-only", action="store_true",
                     help="time the dispatcher's pick only, not every compiled kernel that takes the problem "
                          "(bench/conv_profile.sh: one launch per direction to profile)")
@@ -160,6 +164,9 @@ def main(argv=None):
                   f"{r['tflops']:8.1f} {r['vs_cudnn']:7.2f} {r['vs_floor']:7.2f} {r['rel_error']:8.1e} {r['best_us']:8.1f}  "
                   f"{r['kernel']}" + (f" ({r['best_kernel']})" if r['best_kernel'] != r['kernel'] else ""),
                   flush=True)
+            if args.every:
+                for kname, t in r["every_us"].items():
+                    print(f"{'':31s} {t:9.1f}  {kname}", flush=True)
     ok = [r for r in rows if "us" in r]
     for kind in ("grouped", "depthwise", "dense"):
         sel = [r["vs_cudnn"] for r in ok if r["kind"] == kind]

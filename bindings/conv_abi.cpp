@@ -110,6 +110,9 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     if (k.schedule == 6)
         return (k.micro_m >= 4 ? 0.4 : 1e6) + 0.0005 * (k.tile_n < 32) +
                0.001 * std::fabs(std::log2((double)k.tile_m / 256.0));
+    // depthwise kernels compiled per filter size (conv_depthwise.cuh): ahead of the direct
+    // kernels wherever they take the problem
+    if (k.schedule == 7) return 0.35 + 1e-4 * (k.tile_m * 16 + k.tile_n * 2 + k.tile_k);
     return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,
                           p.base.split_k > 0 ? p.base.split_k : workers, workers);
 }

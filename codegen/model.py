@@ -292,20 +292,23 @@ class CudaKnobs:
     algorithm `direct` (convolution): our own direct kernels (bindings/cuda/conv_direct.cuh),
     specialised for `channels_per_group` input = output channels per group (0: any, a
     generic kernel with run-time channel counts). A direct kernel's tile is
-    (output pixels per thread, channels per thread, threads per block)."""
+    (output pixels per thread, channels per thread, threads per block).
+    algorithm `depthwise` (convolution, one channel per group, stride 1, dilation 1, 1D and
+    2D): kernels compiled per filter size (bindings/cuda/conv_depthwise.cuh); tile = (output
+    rows, output columns, channels per thread)."""
 
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
-    algorithm: str = "cutlass"     # cutlass | direct | mma | tiled_mma | im2col | implicit
+    algorithm: str = "cutlass"     # cutlass | direct | depthwise | mma | tiled_mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 1, 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct", "mma", "tiled_mma", "im2col", "implicit")
+    ALGORITHMS = ("cutlass", "direct", "depthwise", "mma", "tiled_mma", "im2col", "implicit")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
     TILED_MMA_CPG = (1, 2, 4, 8, 16)
@@ -318,8 +321,8 @@ class CudaKnobs:
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
-            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, mma, tiled_mma, im2col "
-                             "or implicit)")
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, depthwise, mma, "
+                             "tiled_mma, im2col or implicit)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
@@ -334,6 +337,12 @@ class CudaKnobs:
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
         algorithm = values.get("algorithm", "cutlass")
+        if algorithm == "depthwise":
+            extra = set(values) - {"algorithm"}
+            if extra:
+                raise ValueError(f"the depthwise algorithm takes no {', '.join(sorted(extra))} (it is one channel "
+                                 "per group by definition)")
+            return cls(algorithm="depthwise")
         if algorithm in ("direct", "mma", "tiled_mma"):
             extra = set(values) - {"algorithm", "channels_per_group"}
             if extra:
@@ -362,6 +371,8 @@ class CudaKnobs:
 
     @property
     def token(self) -> str:
+        if self.algorithm == "depthwise":
+            return "dw"
         if self.algorithm == "direct":
             return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
         if self.algorithm == "mma":
@@ -381,6 +392,8 @@ class CudaKnobs:
 
     @classmethod
     def from_token(cls, token: str) -> "CudaKnobs":
+        if token == "dw":
+            return cls(algorithm="depthwise")
         direct = re.fullmatch(r"direct_(?:cpg(\d+)|anycpg)", token)
         if direct:
             return cls(algorithm="direct", channels_per_group=int(direct.group(1) or 0))
@@ -407,10 +420,12 @@ class CudaKnobs:
         if target != "sm_90a":
             return [f"the cuda backend builds kernels for sm_90a only, not {target}"]
         if op == "conv":
-            return self._direct_problems(dtype, variant, tile)
+            return self._direct_problems(dtype, variant, tile, layout)
         return self._gemm_problems(dtype, layout, variant, tile)
 
-    def _direct_problems(self, dtype, direction, tile) -> list[str]:
+    def _direct_problems(self, dtype, direction, tile, layout=None) -> list[str]:
+        if self.algorithm == "depthwise":
+            return self._depthwise_problems(dtype, direction, tile, layout)
         if self.algorithm == "mma":
             return self._mma_problems(dtype, direction, tile)
         if self.algorithm == "tiled_mma":
@@ -480,6 +495,26 @@ class CudaKnobs:
         if tile[0] not in (64, 128, 256, 512) or tile[1] not in (16, 32) or tile[2] != 16:
             out.append(f"tiled_mma tile must be [64|128|256|512, 16|32, 16] (pixels per block, channels per block, "
                        f"MMA K), not {list(tile)}")
+        return out
+
+    def _depthwise_problems(self, dtype, direction, tile, layout) -> list[str]:
+        """Depthwise kernels (bindings/cuda/conv_depthwise.cuh): tile = (output rows 1..4,
+        output columns 1..8, 2, 4 or 8 channels per thread); 1D (rows 1) and 2D layouts;
+        bwd_weight walks whole rows (rows 1)."""
+        out = []
+        rows, cols, chans = tile
+        if dtype not in (DType.FP16, DType.BF16):
+            out.append(f"depthwise convolution kernels take fp16 or bf16, not {dtype.key}")
+        if layout is not None and layout.ndim == 3:
+            out.append("the depthwise kernels take 1D and 2D layouts (3D: algorithm direct)")
+        if layout is not None and layout.ndim == 1 and rows != 1:
+            out.append(f"a 1D depthwise kernel has one output row per thread, not {rows}")
+        elif direction is Direction.BWD_WEIGHT and rows != 1:
+            out.append(f"depthwise bwd_weight walks output rows one at a time: rows 1, not {rows}")
+        if not 1 <= rows <= 4 or not 1 <= cols <= 8 or chans not in (2, 4, 8):
+            out.append(f"depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels], not {list(tile)}")
+        elif rows * cols * chans > 64:
+            out.append(f"{rows} x {cols} x {chans} is more than 64 accumulators per thread")
         return out
 
     def _cutlass_tile_problems(self, dtype, tile) -> list[str]:
@@ -743,6 +778,8 @@ def knobs_dict(knobs) -> dict:
     if knobs.algorithm == "implicit":
         return {"algorithm": "implicit", "cluster": [knobs.cluster_m, knobs.cluster_n],
                 **({"split": knobs.split} if knobs.split > 1 else {})}
+    if knobs.algorithm == "depthwise":
+        return {"algorithm": "depthwise"}
     if knobs.algorithm in ("direct", "mma", "tiled_mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,

@@ -280,6 +280,34 @@ def test_tiled_mma_conv_variants_expand_and_names_round_trip():
         assert config_from_name(c.name) == c
 
 
+def test_depthwise_conv_variants_expand_and_names_round_trip():
+    """Depthwise kernels compiled per filter size: 2D fwd / bwd_data four tiles, 1D two,
+    bwd_weight three tiles in 1D and 2D, bf16 and fp16; names parse back; no 3D."""
+    configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "depthwise"]
+    assert len(configs) == (4 * 2 + 2 * 2 + 3 * 2) * 2
+    assert {c.ndim for c in configs} == {1, 2}
+    names = {c.name for c in configs}
+    assert "conv_fwd_nhwgc_bf16_2x4x4_dw_sm90a" in names
+    assert "conv_bwdweight_nwgc_fp16_1x8x2_dw_sm90a" in names
+    for c in configs:
+        assert config_from_name(c.name) == c
+        assert c.direction is not Direction.BWD_WEIGHT or c.tile[0] == 1
+
+
+@pytest.mark.parametrize("layout, direction, tile, why", [
+    ("NDHWGC", "fwd", "[1, 8, 4]", "the depthwise kernels take 1D and 2D layouts"),
+    ("NWGC", "fwd", "[2, 4, 4]", "a 1D depthwise kernel has one output row per thread, not 2"),
+    ("NHWGC", "bwd_weight", "[2, 4, 4]", "depthwise bwd_weight walks output rows one at a time"),
+])
+def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile, why):
+    path = tmp_path / "k.yaml"
+    path.write_text(f"schema_version: 1\nconv:\n  - direction: {direction}\n    layout: {layout}\n    dtype: bf16\n"
+                    f"    tile: {tile}\n    targets: [sm_90a]\n    cuda: {{algorithm: depthwise}}\n")
+    with pytest.raises(ManifestError) as info:
+        expand(load_manifest(path), ["sm_90a"])
+    assert why in str(info.value) and str(path) + ":8" in str(info.value)
+
+
 def test_implicit_conv_variants_expand_and_names_round_trip():
     """CUTLASS sm90 implicit-GEMM convolution in the default manifest: every direction and
     rank, two tiles each, bf16 and fp16, names parsed back to the same config."""
@@ -325,6 +353,9 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: tiled_mma, channels_per_group: 32}", "[128, 32, 16]", "not one of 1, 2, 4, 8, 16 (tiled_mma)"),
     ("{algorithm: tiled_mma, channels_per_group: 8}", "[96, 32, 16]", "tiled_mma tile must be [64|128|256|512, 16|32, 16]"),
     ("{algorithm: tiled_mma, channels_per_group: 8, cluster: [1, 1]}", "[128, 32, 16]", "takes no cluster"),
+    ("{algorithm: depthwise}", "[2, 4, 3]", "depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels]"),
+    ("{algorithm: depthwise}", "[4, 8, 4]", "more than 64 accumulators"),
+    ("{algorithm: depthwise, channels_per_group: 1}", "[1, 8, 4]", "the depthwise algorithm takes no channels_per_group"),
 ])
 def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):
     path = tmp_path / "k.yaml"

@@ -46,6 +46,8 @@ def geometry(kernel):
     channel vectors; the generic kernel gets C != K."""
     if kernel.knobs.algorithm in ("im2col", "implicit"):  # dense, channels multiples of 8
         return 1, 16, 24
+    if kernel.knobs.algorithm == "depthwise":  # three channel vectors
+        return 3 * kernel.tile[2], 1, 1
     cpg = kernel.knobs.channels_per_group
     if cpg == 0:
         return 3, 3, 5
@@ -173,6 +175,37 @@ def test_tiled_mma_kernels_on_a_problem_that_walks_several_tiles_per_block(kerne
     assert run_case(kernel, gen, 32, 128 // cpg, cpg, cpg, (56, 56), (3, 3), (1, 1), (1, 1), (1, 1))
 
 
+# The depthwise kernels (compiled per filter size, stride 1): channel counts of MobileNetV2
+# and ConvNeXt, images wider and taller than a thread's tile with ragged edges, every
+# compiled filter size, no padding, padding wider than the filter (bwd_data then reads dy
+# at a negative pad'), asymmetric padding, and problems large enough that bwd_weight splits
+# rows into segments, walks several units per slice and reduces several slices per block.
+DW_CASES = {  # per rank: (N, input, filter, padding)
+    1: [(2, (300,), (4,), (3,)), (3, (301,), (3,), (1,)), (2, (257,), (7,), (0,)), (1, (61,), (5,), (6,)),
+        (2, (2048,), (4,), (3,))],
+    2: [(2, (19, 75), (3, 3), (1, 1)), (2, (12, 30), (7, 7), (3, 3)), (3, (17, 40), (5, 5), (2, 2)),
+        (2, (9, 8), (5, 5), (0, 0)), (2, (11, 9), (3, 3), (0, 4)), (2, (10, 13), (7, 7), (1, 5)),
+        (16, (28, 28), (7, 7), (3, 3)), (8, (56, 56), (3, 3), (1, 1))],
+}
+
+
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "depthwise"], ids=lambda k: k.name)
+def test_depthwise_kernels_on_many_shapes_and_filters(kernel, gen):
+    for channels in (144, 384):
+        for N, inp, fil, pad in DW_CASES[kernel.ndim]:
+            one = tuple(1 for _ in inp)
+            assert run_case(kernel, gen, N, channels, 1, 1, inp, fil, one, pad, one), (kernel.name, channels, inp, fil)
+    one = tuple(1 for _ in range(kernel.ndim))
+    d = td.Dispatcher("conv", GPU)
+    inp, fil = DW_CASES[kernel.ndim][0][1:3]
+    for why, G, st, f in (("stride 2", 16, tuple(2 for _ in one), fil), ("2 channels per thread short", 14, one, fil),
+                          ("a 2x2 / 2-wide filter", 16, one, tuple(2 for _ in one))):
+        if why.startswith("2 channels") and kernel.tile[2] == 2:
+            continue
+        p = td.ConvProblem(2, G, 1, 1, inp, f, st, one, one, kernel.direction, kernel.dtype)
+        assert d.is_supported(p, kernel=kernel.name) is False, why
+
+
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     G, C, K = geometry(kernel)
@@ -204,11 +237,14 @@ def test_batch_split_bwd_weight_matches_float64(kernel, gen):
 
 def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
     d = td.Dispatcher("conv", GPU)
-    for C, direction, kind in ((1, "fwd", "direct"), (4, "bwd_data", "tiledmma"), (8, "bwd_weight", "tiledmma"),
-                               (16, "fwd", "tiledmma"), (16, "bwd_data", "tiledmma"), (2, "bwd_weight", "direct"),
-                               (32, "fwd", "mma")):
+    for C, direction, kind in ((1, "fwd", "dw"), (1, "bwd_weight", "dw"), (4, "bwd_data", "tiledmma_cpg4"),
+                               (8, "bwd_weight", "tiledmma_cpg8"), (16, "fwd", "tiledmma_cpg16"),
+                               (16, "bwd_data", "tiledmma_cpg16"), (2, "bwd_weight", "direct_cpg2"),
+                               (32, "fwd", "mma_cpg32")):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
-        assert d.select(p).endswith(f"_{kind}_cpg{C}_sm90a"), d.select(p)
+        assert d.select(p).endswith(f"_{kind}_sm90a"), d.select(p)
+    p = td.ConvProblem(2, 32, 1, 1, (14, 14), (3, 3), 2, 1, 1, "fwd", "bf16")  # stride 2: the direct kernel
+    assert d.select(p).endswith("_direct_cpg1_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")
     assert d.select(p).endswith("_direct_anycpg_sm90a")
 
