@@ -7,7 +7,7 @@ OUT=${OUT:-/tmp/td-out}
 here=$(cd "$(dirname "$0")" && pwd)
 only=${1:-mbv2_dw3x3,resnext50_s2,convnext_dw7x7}
 # the dispatcher's pick only, one timed rep: every conv kernel launch of the run is profiled
-ncu --kernel-name regex:'conv_(fwd|bwd|mma|wgrad)' --launch-count 80 \
+ncu --kernel-name regex:'conv_(dw_)?(fwd|bwd|mma|wgrad)' --launch-count 80 \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   python3 "$here/conv.py" --only "$only" --reps 1 --pick-only > "$OUT/ncu.log" 2>&1
 grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per Thread|Theoretical Occupancy|Warp Cycles Per Issued|Dynamic Shared Memory Per Block|Grid Size|spends" "$OUT/ncu.log" \

@@ -36,17 +36,21 @@ template <> struct DwRaw<4> { using U = uint2; };
 template <> struct DwRaw<8> { using U = uint4; };
 
 template <int VC, class T>
-__device__ __forceinline__ void dw_load(const T* p, bool inside, float (&v)[VC]) {
+__device__ __forceinline__ typename DwRaw<VC>::U dw_load_raw(const T* p, bool inside) {
     using U = typename DwRaw<VC>::U;
-    U raw;
-    if (inside) {
-        raw = __ldg(reinterpret_cast<const U*>(p));
-    } else {
-        raw = U{};
-    }
+    return inside ? __ldg(reinterpret_cast<const U*>(p)) : U{};
+}
+
+template <int VC, class T>
+__device__ __forceinline__ void dw_unpack(typename DwRaw<VC>::U raw, float (&v)[VC]) {
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int j = 0; j < VC; ++j) v[j] = to_float(e[j]);
+}
+
+template <int VC, class T>
+__device__ __forceinline__ void dw_load(const T* p, bool inside, float (&v)[VC]) {
+    dw_unpack<VC, T>(dw_load_raw<VC>(p, inside), v);
 }
 
 template <int VC>
@@ -94,6 +98,7 @@ __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T*
                                                           const float* __restrict__ wt, T* __restrict__ y) {
     constexpr bool kWeightsInRegs = KH * KW * VC <= 36;
     constexpr int RW = TW + KW - 1;
+    constexpr bool kPrefetch = (TH + KH - 1) * RW * VC <= 128;  // raw window within 64 registers
     const int cvs = g.C / VC;
     const int wbs = (g.wo + TW - 1) / TW, hbs = (g.ho + TH - 1) / TH;
     // 32-bit index arithmetic: supports() keeps every tensor below 2^31 elements.
@@ -118,18 +123,9 @@ __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T*
             for (int v = 0; v < VC; ++v) acc[i][j][v] = 0.f;
     const T* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
     const int iw0 = ow0 - g.pw;
-#pragma unroll
-    for (int r = 0; r < TH + KH - 1; ++r) {
-        const int ih = oh0 - g.ph + r;
-        if (ih < 0 || ih >= g.hi) continue;
-        const T* xr = xn + (int64_t)ih * g.wi * g.C;
-        float row[RW][VC];
-#pragma unroll
-        for (int j = 0; j < RW; ++j) {
-            const int iw = iw0 + j;
-            const bool inside = iw >= 0 && iw < g.wi;
-            dw_load<VC>(xr + (inside ? iw : 0) * g.C, inside, row[j]);
-        }
+    // One input row: its TW + KW - 1 vectors (zeros outside the image) into every
+    // (output row, tap) that reads it.
+    auto consume = [&](int r, const float (&row)[RW][VC]) {
 #pragma unroll
         for (int kh = 0; kh < KH; ++kh) {
             const int oh = r - kh;
@@ -148,6 +144,44 @@ __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T*
 #pragma unroll
                     for (int v = 0; v < VC; ++v) acc[oh][ow][v] = fmaf(row[ow + kw][v], wv[v], acc[oh][ow][v]);
             }
+        }
+    };
+    if constexpr (kPrefetch) {
+        // small windows: every load issued before the first use (more bytes in flight)
+        typename DwRaw<VC>::U raw[TH + KH - 1][RW];
+#pragma unroll
+        for (int r = 0; r < TH + KH - 1; ++r) {
+            const int ih = oh0 - g.ph + r;
+            const bool row_inside = ih >= 0 && ih < g.hi;
+            const T* xr = xn + (int64_t)(row_inside ? ih : 0) * g.wi * g.C;
+#pragma unroll
+            for (int j = 0; j < RW; ++j) {
+                const int iw = iw0 + j;
+                const bool inside = row_inside && iw >= 0 && iw < g.wi;
+                raw[r][j] = dw_load_raw<VC>(xr + (inside ? iw : 0) * g.C, inside);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < TH + KH - 1; ++r) {
+            float row[RW][VC];
+#pragma unroll
+            for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(raw[r][j], row[j]);
+            consume(r, row);
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < TH + KH - 1; ++r) {
+            const int ih = oh0 - g.ph + r;
+            if (ih < 0 || ih >= g.hi) continue;
+            const T* xr = xn + (int64_t)ih * g.wi * g.C;
+            float row[RW][VC];
+#pragma unroll
+            for (int j = 0; j < RW; ++j) {
+                const int iw = iw0 + j;
+                const bool inside = iw >= 0 && iw < g.wi;
+                dw_load<VC>(xr + (inside ? iw : 0) * g.C, inside, row[j]);
+            }
+            consume(r, row);
         }
     }
     T* yn = y + (int64_t)n * g.ho * g.wo * g.C + c0;
@@ -174,10 +208,11 @@ struct DwWgradPlan {
     size_t smem;        // the block's in-order reduction
 };
 
-constexpr int kDwWgradMostThreads = 512;
+constexpr int kDwWgradThreads = 256;  // at most, per block
+constexpr int kDwWgradLanes = 128;    // at most: row groups x channel vectors of a slice
 
 template <class T, int KH, int KW, int KR, int TW, int VC>
-__global__ void __launch_bounds__(kDwWgradMostThreads) conv_dw_bwd_weight(DwGeometry g, DwWgradPlan pl, const T* __restrict__ x, const T* __restrict__ dy,
+__global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeometry g, DwWgradPlan pl, const T* __restrict__ x, const T* __restrict__ dy,
                                    float* __restrict__ partial) {
     constexpr int ACC = KR * KW * VC;
     constexpr int RW = TW + KW - 1;
@@ -343,11 +378,13 @@ struct Sm90DwConv {
         pl.kr = filter_rows_per_thread(kh, kw);
         pl.rgs = kh / pl.kr;
         const int cvs = d.C / VC;
-        const int cb_most = std::max(1, kDwWgradMostThreads / (32 * pl.rgs)) * 32;
+        // channel chunks of at most 128 lanes (at least 4 vectors: 32-byte sectors), so that
+        // several slices share a block and its in-order reduction
+        const int cb_most = std::max(4, kDwWgradLanes / pl.rgs);
         pl.chunks = (cvs + cb_most - 1) / cb_most;
         pl.cb = (cvs + pl.chunks - 1) / pl.chunks;
         const int lanes = pl.rgs * pl.cb;
-        pl.sb = std::max(1, 256 / lanes);
+        pl.sb = std::max(1, kDwWgradThreads / lanes);
         pl.threads = (pl.sb * lanes + 31) / 32 * 32;
         // units: split output rows along W where there are too few rows (1D)
         const int64_t out_rows = (int64_t)d.N * d.ho;
@@ -402,8 +439,7 @@ struct Sm90DwConv {
         float* scratch = nullptr;
         if (int st = take_workspace(workspace_bytes(p, geo), ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&scratch)))
             return st;
-        const int taps = (int)geo.taps();
-        if (Direction == TD_CONV_BWD_WEIGHT) {
+        if constexpr (Direction == TD_CONV_BWD_WEIGHT) {
             const T* x = static_cast<const T*>(in);
             const T* dy = static_cast<const T*>(out);
             const DwWgradPlan pl = wgrad_plan(p, d, (int)geo.fil[1], (int)geo.fil[2]);
@@ -415,12 +451,19 @@ struct Sm90DwConv {
                     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
                 kernel<<<dim3(pl.slice_blocks, pl.chunks), pl.threads, pl.smem, stream>>>(d, pl, x, dy, scratch);
             });
-            const int64_t elems = geo.G * taps;
+            const int64_t elems = geo.G * geo.taps();
             conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
                 scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.slice_blocks);
             return launch_status();
+        } else {
+            return run_forward(d, (int)geo.fil[1], (int)geo.fil[2], in, wei, out, scratch, stream);
         }
+    }
+
+    static int run_forward(const DwGeometry& d, int fil_h, int fil_w, const void* in, const void* wei, void* out, float* scratch,
+                           cudaStream_t stream) {
         const bool flip = Direction == TD_CONV_BWD_DATA;
+        const int taps = fil_h * fil_w;
         // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)
         const T* src = static_cast<const T*>(flip ? out : in);
         T* dst = static_cast<T*>(const_cast<void*>(flip ? in : out));
@@ -428,7 +471,7 @@ struct Sm90DwConv {
             d.C, taps, flip, static_cast<const T*>(wei), scratch);
         const int64_t threads = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * (d.C / VC);
         const unsigned grid = (unsigned)((threads + kDwThreads - 1) / kDwThreads);
-        with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
+        with_filter(fil_h, fil_w, [&](auto kh, auto kw) {
             constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
             conv_dw_fwd<T, KH, KW, (KH == 1 ? 1 : TH), TW, VC><<<grid, kDwThreads, 0, stream>>>(d, src, scratch, dst);
         });
