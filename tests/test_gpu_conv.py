@@ -243,6 +243,9 @@ def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
                                (32, "fwd", "mma_cpg32")):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
         assert d.select(p).endswith(f"_{kind}_sm90a"), d.select(p)
+    for fil, tile in (((3, 3), "3x4x4"), ((7, 7), "4x4x4")):  # rows per thread by filter height
+        p = td.ConvProblem(2, 32, 1, 1, (14, 14), fil, 1, 1, 1, "bwd_data", "bf16")
+        assert d.select(p) == f"conv_bwddata_nhwgc_bf16_{tile}_dw_sm90a", d.select(p)
     p = td.ConvProblem(2, 32, 1, 1, (14, 14), (3, 3), 2, 1, 1, "fwd", "bf16")  # stride 2: the direct kernel
     assert d.select(p).endswith("_direct_cpg1_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")

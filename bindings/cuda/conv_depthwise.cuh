@@ -48,6 +48,25 @@ __device__ __forceinline__ void dw_unpack(typename DwRaw<VC>::U raw, float (&v)[
     for (int j = 0; j < VC; ++j) v[j] = to_float(e[j]);
 }
 
+// One row of RW vectors starting at column iw0 of row xr (Checked: zeros outside [0, wi)
+// and where !row_inside; unchecked: the caller knows the window is inside).
+template <bool Checked, int RW, int VC, class T>
+__device__ __forceinline__ void dw_row_raw(const T* xr, int C, int iw0, int wi, bool row_inside,
+                                           typename DwRaw<VC>::U (&raw)[RW]) {
+    if constexpr (Checked) {
+#pragma unroll
+        for (int j = 0; j < RW; ++j) {
+            const int iw = iw0 + j;
+            const bool inside = row_inside && iw >= 0 && iw < wi;
+            raw[j] = dw_load_raw<VC>(xr + (inside ? iw : 0) * C, inside);
+        }
+    } else {
+        const T* p = xr + (int64_t)iw0 * C;
+#pragma unroll
+        for (int j = 0; j < RW; ++j) raw[j] = dw_load_raw<VC>(p + j * C, true);
+    }
+}
+
 template <int VC, class T>
 __device__ __forceinline__ void dw_load(const T* p, bool inside, float (&v)[VC]) {
     dw_unpack<VC, T>(dw_load_raw<VC>(p, inside), v);
@@ -153,13 +172,8 @@ __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T*
         for (int r = 0; r < TH + KH - 1; ++r) {
             const int ih = oh0 - g.ph + r;
             const bool row_inside = ih >= 0 && ih < g.hi;
-            const T* xr = xn + (int64_t)(row_inside ? ih : 0) * g.wi * g.C;
-#pragma unroll
-            for (int j = 0; j < RW; ++j) {
-                const int iw = iw0 + j;
-                const bool inside = row_inside && iw >= 0 && iw < g.wi;
-                raw[r][j] = dw_load_raw<VC>(xr + (inside ? iw : 0) * g.C, inside);
-            }
+            dw_row_raw<true, RW, VC>(xn + (int64_t)(row_inside ? ih : 0) * g.wi * g.C, g.C, iw0, g.wi, row_inside,
+                                     raw[r]);
         }
 #pragma unroll
         for (int r = 0; r < TH + KH - 1; ++r) {
@@ -173,14 +187,11 @@ __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T*
         for (int r = 0; r < TH + KH - 1; ++r) {
             const int ih = oh0 - g.ph + r;
             if (ih < 0 || ih >= g.hi) continue;
-            const T* xr = xn + (int64_t)ih * g.wi * g.C;
+            typename DwRaw<VC>::U raw[RW];
+            dw_row_raw<true, RW, VC>(xn + (int64_t)ih * g.wi * g.C, g.C, iw0, g.wi, true, raw);
             float row[RW][VC];
 #pragma unroll
-            for (int j = 0; j < RW; ++j) {
-                const int iw = iw0 + j;
-                const bool inside = iw >= 0 && iw < g.wi;
-                dw_load<VC>(xr + (inside ? iw : 0) * g.C, inside, row[j]);
-            }
+            for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(raw[j], row[j]);
             consume(r, row);
         }
     }
@@ -246,31 +257,47 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
         const int w_begin = seg * pl.seg_len;
         const int w_end = min(w_begin + pl.seg_len, g.wo);
         const T* grow = dy + ((int64_t)n * g.ho + oh) * g.wo * g.C + c0;
-        for (int ow0 = w_begin; ow0 < w_end; ow0 += TW) {
+        const T* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
+        // One step of TW output columns: unchecked loads where its window lies inside the
+        // image and the segment, else each load checked (zeros outside).
+        auto step = [&](int ow0, auto checked) {
+            constexpr bool kChecked = decltype(checked)::value;
+            typename DwRaw<VC>::U graw[TW];
+            if constexpr (kChecked) {
+#pragma unroll
+                for (int j = 0; j < TW; ++j) {
+                    const bool inside = ow0 + j < w_end;
+                    graw[j] = dw_load_raw<VC>(grow + (inside ? ow0 + j : 0) * g.C, inside);
+                }
+            } else {
+                dw_row_raw<false, TW, VC>(grow, g.C, ow0, g.wo, true, graw);
+            }
             float gv[TW][VC];
 #pragma unroll
-            for (int j = 0; j < TW; ++j) {
-                const bool inside = ow0 + j < w_end;
-                dw_load<VC>(grow + (int64_t)(inside ? ow0 + j : 0) * g.C, inside, gv[j]);
-            }
+            for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(graw[j], gv[j]);
 #pragma unroll
             for (int kr = 0; kr < KR; ++kr) {
                 const int ih = oh - g.ph + rg * KR + kr;
                 if (ih < 0 || ih >= g.hi) continue;
-                const T* xr = x + ((int64_t)n * g.hi + ih) * g.wi * g.C + c0;
+                typename DwRaw<VC>::U raw[RW];
+                dw_row_raw<kChecked, RW, VC>(xn + (int64_t)ih * g.wi * g.C, g.C, ow0 - g.pw,
+                                             kChecked ? min(g.wi, w_end - g.pw + KW - 1) : g.wi, true, raw);
                 float row[RW][VC];
 #pragma unroll
-                for (int j = 0; j < RW; ++j) {
-                    const int iw = ow0 - g.pw + j;
-                    const bool inside = iw >= 0 && iw < g.wi && j < w_end - ow0 + KW - 1;
-                    dw_load<VC>(xr + (int64_t)(inside ? iw : 0) * g.C, inside, row[j]);
-                }
+                for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(raw[j], row[j]);
 #pragma unroll
                 for (int kw = 0; kw < KW; ++kw)
 #pragma unroll
                     for (int j = 0; j < TW; ++j)
 #pragma unroll
                         for (int v = 0; v < VC; ++v) acc[kr][kw][v] = fmaf(gv[j][v], row[j + kw][v], acc[kr][kw][v]);
+            }
+        };
+        for (int ow0 = w_begin; ow0 < w_end; ow0 += TW) {
+            if (ow0 - g.pw >= 0 && ow0 - g.pw + RW <= g.wi && ow0 + TW <= w_end) {
+                step(ow0, std::false_type{});
+            } else {
+                step(ow0, std::true_type{});
             }
         }
         if (++seg == pl.segs) {
@@ -406,9 +433,10 @@ struct Sm90DwConv {
             slice_blocks = std::min(slice_blocks, std::max<int64_t>(1, read / (4 * row)));
         }
         slice_blocks = std::max<int64_t>(1, std::min<int64_t>(slice_blocks, 65535));
-        pl.slice_blocks = (int)slice_blocks;
         const int64_t all = slice_blocks * pl.sb;
         pl.per = (pl.units + all - 1) / all;
+        // no block without work: as many slice blocks as the units at `per` a slice need
+        pl.slice_blocks = (int)(((pl.units + pl.per - 1) / pl.per + pl.sb - 1) / pl.sb);
         pl.smem = (size_t)(pl.sb - 1) * lanes * pl.kr * kw * VC * sizeof(float);
         return pl;
     }
