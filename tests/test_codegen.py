@@ -99,7 +99,10 @@ def test_filter_globs_select_by_name():
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     every = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
     configs = [c for c in every if c.op == "gemm"]
-    assert len(configs) == 34  # 19 bf16 rcr (bench/RESULTS.md), 15 others
+    assert len(configs) == 47  # 19 bf16 rcr (bench/RESULTS.md), their 19 fp16 twins, 9 others
+    bf16 = {c.name for c in configs if c.dtype is DType.BF16 and c.layout is Layout.RCR}
+    fp16 = {c.name for c in configs if c.dtype is DType.FP16}
+    assert {n.replace("_bf16_", "_fp16_") for n in bf16} == fp16  # the bf16 table serves fp16
     assert {c.dtype for c in configs} == set(DType) - {DType.FP32, DType.FP8_E4M3_FNUZ, DType.FP8_E5M2_FNUZ}
     assert {c.layout for c in configs} == set(Layout)
     assert {(c.variant, c.reduction) for c in configs} == {

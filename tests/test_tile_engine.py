@@ -152,6 +152,29 @@ def test_the_dispatcher_reads_a_tuning_table_nearest_first(tmp_path, monkeypatch
         d.lib.td_gemm_select, d._problem(td.GemmProblem(20, 20, 20, "bf16")))  # no bf16 entry: the model
 
 
+def test_fp16_and_bf16_stand_in_for_each_other_in_tuning_tables(tmp_path, monkeypatch):
+    """A table with bf16 entries only serves fp16 problems through the fp16 twins of its
+    kernels (and the other way round); fp32 borrows nothing."""
+    monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    d = td.Dispatcher("gemm", "cpu")
+    q = td.GemmProblem(512, 512, 512, "fp16")
+    fp16 = [k.name for k in d.kernels if k.dtype.key == "fp16" and k.layout.key == "rcr" and d.is_supported(q, k.name)]
+    model_pick = d.select(q)
+    other = next(n for n in fp16 if n != model_pick)
+    twin = other.replace("_fp16_", "_bf16_", 1)
+    assert twin in {k.name for k in d.kernels}
+    table = {"schema_version": 1, "target": "cpu", "entries": [
+        {"problem": {"op": "gemm", "M": 512, "N": 512, "K": 512, "dtype": "bf16", "layout": "rcr"},
+         "kernels": [twin], "latency_ms": [1.0]}]}
+    path = tmp_path / "bf16.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    assert d.select(q) == other
+    assert d.select(td.GemmProblem(512, 512, 512, "bf16")) == twin
+    fp32 = td.GemmProblem(512, 512, 512)
+    assert d.select(fp32) == d.lib.name_call(d.lib.td_gemm_select, d._problem(fp32))  # no stand-in for fp32
+
+
 def test_the_calibrated_pick_scales_the_cost_model_by_the_nearest_measurements(tmp_path, monkeypatch):
     """Between entries: the cost model times each kernel's measured/model ratio at the
     nearest entries. At an entry: its measured ranking."""

@@ -16,6 +16,11 @@ damped share of the change the library's cost model predicts for that kernel fro
 this problem q (wave quantization, K-loop length, stream-K fix-up). NEIGHBOURS = 6 and
 ALPHA = 0.25 were chosen by leave-one-out over the H200 training grid (bench/RESULTS.md).
 Entries without latencies (older tables) fall back to the nearest entry's ranking.
+
+fp16 and bf16 stand in for each other (STAND_IN): they run the same tensor-core
+instructions at the same rate, and the manifest builds the same configurations for both,
+so where a table has no entry of a problem's dtype, the entries of its twin serve it with
+each kernel name's dtype token swapped (gemm_bf16_rcr_... -> gemm_fp16_rcr_...).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import os
 import warnings
 
 SCHEMA = 1
+STAND_IN = {"fp16": "bf16", "bf16": "fp16"}
 NEIGHBOURS = 6
 ALPHA = 0.25
 
@@ -143,6 +149,20 @@ def problem_from(spec: dict):
                        spec.get("direction", "fwd"), spec.get("dtype", "fp32"))
 
 
+def _stand_in(dtype: str, kind: tuple, target: str) -> list:
+    """The entries of dtype's twin (STAND_IN) as entries of dtype: problem and names swapped."""
+    twin = STAND_IN[dtype]
+    twin_kind = (kind[0], twin) + kind[2:]
+    out = []
+    for t, e, path in _load(table_paths(target)):
+        if t != target or _kind(e["problem"]) != twin_kind:
+            continue
+        swapped = dict(e, problem=dict(e["problem"], dtype=dtype),
+                       kernels=[n.replace(f"_{twin}_", f"_{dtype}_", 1) for n in e["kernels"]])
+        out.append((swapped, path))
+    return out
+
+
 def pick(target: str, problem, registered: set, supports, cost) -> str | None:
     """The tables' kernel for a problem (None: no entry of its kind, or none that applies).
 
@@ -150,9 +170,11 @@ def pick(target: str, problem, registered: set, supports, cost) -> str | None:
     prediction, or None where the kernel rejects that problem."""
     spec = problem_spec(problem)
     kind = _kind(spec)
-    near = sorted(((distance(spec, e["problem"]), i, e, path)
-                   for i, (t, e, path) in enumerate(_load(table_paths(target)))
-                   if t == target and _kind(e["problem"]) == kind), key=lambda n: n[:2])[:NEIGHBOURS]
+    entries = [(e, path) for t, e, path in _load(table_paths(target)) if t == target and _kind(e["problem"]) == kind]
+    if not entries and spec.get("dtype") in STAND_IN:
+        entries = _stand_in(spec["dtype"], kind, target)
+    near = sorted(((distance(spec, e["problem"]), i, e, path) for i, (e, path) in enumerate(entries)),
+                  key=lambda n: n[:2])[:NEIGHBOURS]
     if not near:
         return None
     for _, _, entry, path in near:
