@@ -499,8 +499,8 @@ class CudaKnobs:
 
     def _depthwise_problems(self, dtype, direction, tile, layout) -> list[str]:
         """Depthwise kernels (bindings/cuda/conv_depthwise.cuh): tile = (output rows 1..4,
-        output columns 1..8, 2, 4 or 8 channels per thread, per step for bwd_weight); 1D
-        (rows 1) and 2D layouts."""
+        output columns 1..8, 2, 4 or 8 channels per thread); 1D (rows 1) and 2D layouts;
+        bwd_weight walks whole rows (rows 1)."""
         out = []
         rows, cols, chans = tile
         if dtype not in (DType.FP16, DType.BF16):
@@ -509,6 +509,8 @@ class CudaKnobs:
             out.append("the depthwise kernels take 1D and 2D layouts (3D: algorithm direct)")
         if layout is not None and layout.ndim == 1 and rows != 1:
             out.append(f"a 1D depthwise kernel has one output row per thread, not {rows}")
+        elif direction is Direction.BWD_WEIGHT and rows != 1:
+            out.append(f"depthwise bwd_weight walks output rows one at a time: rows 1, not {rows}")
         if not 1 <= rows <= 4 or not 1 <= cols <= 8 or chans not in (2, 4, 8):
             out.append(f"depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels], not {list(tile)}")
         elif rows * cols * chans > 64:

@@ -14,15 +14,13 @@
 //              The weights (fp32, [tap][C]) stay in registers where KH x KW x VC <= 36, else
 //              they are read per use (L1-resident).
 //   bwd_data   the forward over dy with the filter flipped (pad' = F - 1 - pad).
-//   bwd_weight thread = (KR filter rows, VC channels) of one slice of the output rows: per
-//              step of TH output rows x TW columns it loads the dy vectors and the
-//              KR + TH - 1 input rows under them (TW + KW - 1 vectors each, each row loaded
-//              and converted once for every (output row, filter row) pair that reads it),
-//              and adds their products into KR x KW x VC sums (KR = KH where those are at
-//              most 48, else 1). A block holds several slices of one channel chunk (every
-//              filter row of it, so the row groups share their loads through L1), adds them
-//              in shared memory in order and writes one fp32 partial row;
-//              conv_bwd_weight_reduce adds the rows in a fixed order (deterministic).
+//   bwd_weight thread = (KR filter rows, VC channels) of one slice of the output rows: per TW
+//              output columns it loads the TW dy vectors and, per filter row, the TW + KW - 1
+//              input vectors under them, and adds their products into KR x KW x VC sums.
+//              A block holds several slices of one channel chunk (every filter row of it, so
+//              the row groups share their loads through L1), adds them in shared memory in
+//              order and writes one fp32 partial row; conv_bwd_weight_reduce adds the rows in
+//              a fixed order (deterministic).
 #pragma once
 
 #include <type_traits>
@@ -224,7 +222,7 @@ struct DwWgradPlan {
 constexpr int kDwWgradThreads = 256;  // at most, per block
 constexpr int kDwWgradLanes = 128;    // at most: row groups x channel vectors of a slice
 
-template <class T, int KH, int KW, int KR, int TR, int TW, int VC>
+template <class T, int KH, int KW, int KR, int TW, int VC>
 __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeometry g, DwWgradPlan pl, const T* __restrict__ x, const T* __restrict__ dy,
                                    float* __restrict__ partial) {
     constexpr int ACC = KR * KW * VC;
@@ -247,48 +245,39 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
         for (int j = 0; j < KW; ++j)
 #pragma unroll
             for (int v = 0; v < VC; ++v) acc[i][j][v] = 0.f;
-    // the unit's (segment, block of TR output rows, image), advanced per unit
-    const int hbs = (g.ho + TR - 1) / TR;
-    int seg = 0, hb = 0, n = 0;
+    // the unit's (segment, row, image), advanced per unit
+    int seg = 0, oh = 0, n = 0;
     if (begin < end) {
         seg = (int)(begin % pl.segs);
         const int64_t r = begin / pl.segs;
-        hb = (int)(r % hbs);
-        n = (int)(r / hbs);
+        oh = (int)(r % g.ho);
+        n = (int)(r / g.ho);
     }
     for (int64_t u = begin; u < end; ++u) {
-        const int oh0 = hb * TR;
         const int w_begin = seg * pl.seg_len;
         const int w_end = min(w_begin + pl.seg_len, g.wo);
-        const T* gn = dy + (int64_t)n * g.ho * g.wo * g.C + c0;
+        const T* grow = dy + ((int64_t)n * g.ho + oh) * g.wo * g.C + c0;
         const T* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
-        // One step of TR x TW output pixels: unchecked loads where its window lies inside
-        // the image and the segment, else each load checked (zeros outside). Each input
-        // row is loaded and converted once and feeds every (output row, filter row) pair
-        // that reads it.
+        // One step of TW output columns: unchecked loads where its window lies inside the
+        // image and the segment, else each load checked (zeros outside).
         auto step = [&](int ow0, auto checked) {
             constexpr bool kChecked = decltype(checked)::value;
-            float gv[TR][TW][VC];
+            typename DwRaw<VC>::U graw[TW];
+            if constexpr (kChecked) {
 #pragma unroll
-            for (int o = 0; o < TR; ++o) {
-                typename DwRaw<VC>::U graw[TW];
-                const bool row_ok = !kChecked || oh0 + o < g.ho;
-                const T* grow = gn + (int64_t)(row_ok ? oh0 + o : 0) * g.wo * g.C;
-                if constexpr (kChecked) {
-#pragma unroll
-                    for (int j = 0; j < TW; ++j) {
-                        const bool inside = row_ok && ow0 + j < w_end;
-                        graw[j] = dw_load_raw<VC>(grow + (inside ? ow0 + j : 0) * g.C, inside);
-                    }
-                } else {
-                    dw_row_raw<false, TW, VC>(grow, g.C, ow0, g.wo, true, graw);
+                for (int j = 0; j < TW; ++j) {
+                    const bool inside = ow0 + j < w_end;
+                    graw[j] = dw_load_raw<VC>(grow + (inside ? ow0 + j : 0) * g.C, inside);
                 }
-#pragma unroll
-                for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(graw[j], gv[o][j]);
+            } else {
+                dw_row_raw<false, TW, VC>(grow, g.C, ow0, g.wo, true, graw);
             }
+            float gv[TW][VC];
 #pragma unroll
-            for (int r = 0; r < KR + TR - 1; ++r) {
-                const int ih = oh0 - g.ph + rg * KR + r;
+            for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(graw[j], gv[j]);
+#pragma unroll
+            for (int kr = 0; kr < KR; ++kr) {
+                const int ih = oh - g.ph + rg * KR + kr;
                 if (ih < 0 || ih >= g.hi) continue;
                 typename DwRaw<VC>::U raw[RW];
                 dw_row_raw<kChecked, RW, VC>(xn + (int64_t)ih * g.wi * g.C, g.C, ow0 - g.pw,
@@ -297,22 +286,15 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
 #pragma unroll
                 for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(raw[j], row[j]);
 #pragma unroll
-                for (int o = 0; o < TR; ++o) {
-                    const int kr = r - o;
-                    if (kr < 0 || kr >= KR) continue;  // resolved at compile time
+                for (int kw = 0; kw < KW; ++kw)
 #pragma unroll
-                    for (int kw = 0; kw < KW; ++kw)
+                    for (int j = 0; j < TW; ++j)
 #pragma unroll
-                        for (int j = 0; j < TW; ++j)
-#pragma unroll
-                            for (int v = 0; v < VC; ++v)
-                                acc[kr][kw][v] = fmaf(gv[o][j][v], row[j + kw][v], acc[kr][kw][v]);
-                }
+                        for (int v = 0; v < VC; ++v) acc[kr][kw][v] = fmaf(gv[j][v], row[j + kw][v], acc[kr][kw][v]);
             }
         };
-        const bool rows_inside = oh0 + TR <= g.ho;
         for (int ow0 = w_begin; ow0 < w_end; ow0 += TW) {
-            if (rows_inside && ow0 - g.pw >= 0 && ow0 - g.pw + RW <= g.wi && ow0 + TW <= w_end) {
+            if (ow0 - g.pw >= 0 && ow0 - g.pw + RW <= g.wi && ow0 + TW <= w_end) {
                 step(ow0, std::false_type{});
             } else {
                 step(ow0, std::true_type{});
@@ -320,7 +302,7 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
         }
         if (++seg == pl.segs) {
             seg = 0;
-            if (++hb == hbs) { hb = 0; ++n; }
+            if (++oh == g.ho) { oh = 0; ++n; }
         }
     }
     if (s_in_block > 0 && s_in_block < pl.sb) {
@@ -348,8 +330,8 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
 }
 
 // ---------------------------------------------------------------- host side
-// TH x TW x VC: output rows x columns x channels per thread (the forward) or per step
-// (bwd_weight); 1D problems take one row.
+// TH x TW x VC: the forward's output rows x columns x channels per thread; bwd_weight uses
+// TW (columns per step) and VC.
 template <int DType, int Ndim, int Direction, int TH, int TW, int VC>
 struct Sm90DwConv {
     using T = typename ConvElement<DType>::T;
@@ -431,9 +413,8 @@ struct Sm90DwConv {
         const int lanes = pl.rgs * pl.cb;
         pl.sb = std::max(1, kDwWgradThreads / lanes);
         pl.threads = (pl.sb * lanes + 31) / 32 * 32;
-        // units: blocks of TH output rows, split along W where there are too few (1D)
-        const int tr = kh == 1 ? 1 : TH;
-        const int64_t out_rows = (int64_t)d.N * ((d.ho + tr - 1) / tr);
+        // units: split output rows along W where there are too few rows (1D)
+        const int64_t out_rows = (int64_t)d.N * d.ho;
         const int64_t want_threads = (int64_t)kSmCount * 1536;
         int64_t slices = p.base.split_k > 0 ? p.base.split_k
                                             : std::max<int64_t>(1, want_threads / ((int64_t)lanes * pl.chunks));
@@ -493,7 +474,7 @@ struct Sm90DwConv {
             with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
                 constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
                 constexpr int KR = KH * KW * VC <= 48 ? KH : 1;  // filter_rows_per_thread
-                auto kernel = conv_dw_bwd_weight<T, KH, KW, KR, (KH == 1 ? 1 : TH), TW, VC>;
+                auto kernel = conv_dw_bwd_weight<T, KH, KW, KR, TW, VC>;
                 if (pl.smem > 48 * 1024)
                     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
                 kernel<<<dim3(pl.slice_blocks, pl.chunks), pl.threads, pl.smem, stream>>>(d, pl, x, dy, scratch);
