@@ -41,11 +41,22 @@ __device__ __forceinline__ typename DwRaw<VC>::U dw_load_raw(const T* p, bool in
     return inside ? __ldg(reinterpret_cast<const U*>(p)) : U{};
 }
 
+// VC elements as floats. bf16 pairs by bit operations (a bf16 is the high half of its
+// float: one shift and one mask per 32-bit word), fp16 pairs by the paired conversion.
 template <int VC, class T>
 __device__ __forceinline__ void dw_unpack(typename DwRaw<VC>::U raw, float (&v)[VC]) {
-    const T* e = reinterpret_cast<const T*>(&raw);
+    const unsigned* w = reinterpret_cast<const unsigned*>(&raw);
 #pragma unroll
-    for (int j = 0; j < VC; ++j) v[j] = to_float(e[j]);
+    for (int i = 0; i < VC / 2; ++i) {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+            v[2 * i] = __uint_as_float(w[i] << 16);
+            v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        } else {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    }
 }
 
 // One row of RW vectors starting at column iw0 of row xr (Checked: zeros outside [0, wi)
