@@ -446,7 +446,8 @@ class CudaKnobs:
                 out.append("split (a batch split with fp32 partials) applies to bwd_weight only")
             return out
         if self.algorithm != "direct":
-            return ["convolution on the cuda backend uses algorithm direct, mma, tiled_mma, im2col or implicit"]
+            return ["convolution on the cuda backend uses algorithm direct, depthwise, mma, tiled_mma, im2col or "
+                    "implicit"]
         out = []
         pixels, chans, threads = tile
         cpg = self.channels_per_group

@@ -1,0 +1,516 @@
+// cuda backend: depthwise convolution (one input and one output channel per group), stride 1
+// and dilation 1, 1D and 2D, every direction, channels-last, fp32 accumulation.
+//
+// The direct kernels (conv_direct.cuh) take the filter size at run time: their windows are
+// sized for the widest filter (7) and they hold 8 channels per thread, so they run at
+// 128-145 registers and 19-25% occupancy, latency-bound (Nsight Compute, bench/RESULTS.md).
+// These kernels are instantiated per filter size (2D: 3x3, 5x5, 7x7; 1D: 3, 4, 5, 7 wide)
+// and keep VC channels (2, 4 or 8) per thread, so the loops unroll completely and the
+// registers hold only what the tile needs.
+//
+//   fwd        thread = (n, TH output rows x TW output columns, VC channels): it walks the
+//              TH + KH - 1 input rows under its outputs; each row's TW + KW - 1 vectors are
+//              loaded once, converted once, and feed every (output row, tap) that reads them.
+//              The weights (fp32, [tap][C]) stay in registers where KH x KW x VC <= 36, else
+//              they are read per use (L1-resident).
+//   bwd_data   the forward over dy with the filter flipped (pad' = F - 1 - pad).
+//   bwd_weight thread = (KR filter rows, VC channels) of one slice of the output rows: per TW
+//              output columns it loads the TW dy vectors and, per filter row, the TW + KW - 1
+//              input vectors under them, and adds their products into KR x KW x VC sums.
+//              A block holds several slices of one channel chunk (every filter row of it, so
+//              the row groups share their loads through L1), adds them in shared memory in
+//              order and writes one fp32 partial row; conv_bwd_weight_reduce adds the rows in
+//              a fixed order (deterministic).
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/conv_direct.cuh"
+
+namespace td::cuda {
+
+// VC consecutive 2-byte elements as one raw load (VC x 2 bytes, aligned to that).
+template <int VC> struct DwRaw;
+template <> struct DwRaw<2> { using U = unsigned; };
+template <> struct DwRaw<4> { using U = uint2; };
+template <> struct DwRaw<8> { using U = uint4; };
+
+template <int VC, class T>
+__device__ __forceinline__ typename DwRaw<VC>::U dw_load_raw(const T* p, bool inside) {
+    using U = typename DwRaw<VC>::U;
+    return inside ? __ldg(reinterpret_cast<const U*>(p)) : U{};
+}
+
+template <int VC, class T>
+__device__ __forceinline__ void dw_unpack(typename DwRaw<VC>::U raw, float (&v)[VC]) {
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < VC; ++j) v[j] = to_float(e[j]);
+}
+
+// One row of RW vectors starting at column iw0 of row xr (Checked: zeros outside [0, wi)
+// and where !row_inside; unchecked: the caller knows the window is inside).
+template <bool Checked, int RW, int VC, class T>
+__device__ __forceinline__ void dw_row_raw(const T* xr, int C, int iw0, int wi, bool row_inside,
+                                           typename DwRaw<VC>::U (&raw)[RW]) {
+    if constexpr (Checked) {
+#pragma unroll
+        for (int j = 0; j < RW; ++j) {
+            const int iw = iw0 + j;
+            const bool inside = row_inside && iw >= 0 && iw < wi;
+            raw[j] = dw_load_raw<VC>(xr + (inside ? iw : 0) * C, inside);
+        }
+    } else {
+        const T* p = xr + (int64_t)iw0 * C;
+#pragma unroll
+        for (int j = 0; j < RW; ++j) raw[j] = dw_load_raw<VC>(p + j * C, true);
+    }
+}
+
+template <int VC, class T>
+__device__ __forceinline__ void dw_load(const T* p, bool inside, float (&v)[VC]) {
+    dw_unpack<VC, T>(dw_load_raw<VC>(p, inside), v);
+}
+
+template <int VC>
+__device__ __forceinline__ void dw_weights(const float* p, float (&v)[VC]) {
+    if constexpr (VC == 2) {
+        const float2 a = __ldg(reinterpret_cast<const float2*>(p));
+        v[0] = a.x; v[1] = a.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < VC; i += 4) {
+            const float4 a = __ldg(reinterpret_cast<const float4*>(p + i));
+            v[i] = a.x; v[i + 1] = a.y; v[i + 2] = a.z; v[i + 3] = a.w;
+        }
+    }
+}
+
+template <int VC, class T>
+__device__ __forceinline__ void dw_store(T* p, const float (&v)[VC]) {
+    using U = typename DwRaw<VC>::U;
+    U raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < VC; ++j) e[j] = from_float<T>(v[j]);
+    *reinterpret_cast<U*>(p) = raw;
+}
+
+// The 2D view every kernel here works on: rows H, columns W, channels C (1D: H = 1).
+struct DwGeometry {
+    int N, C, hi, wi, ho, wo, ph, pw;
+};
+
+// wt[tap][c] = w[c][tap] as fp32; flipped (tap -> taps - 1 - tap) for bwd_data.
+template <class T>
+__global__ void dw_pack_weights(int C, int taps, bool flip, const T* __restrict__ w, float* __restrict__ wt) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= C * taps) return;
+    const int c = e / taps, tap = e % taps;
+    wt[(flip ? taps - 1 - tap : tap) * C + c] = to_float(w[e]);
+}
+
+constexpr int kDwThreads = 128;
+
+template <class T, int KH, int KW, int TH, int TW, int VC>
+__global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T* __restrict__ x,
+                                                          const float* __restrict__ wt, T* __restrict__ y) {
+    constexpr bool kWeightsInRegs = KH * KW * VC <= 36;
+    constexpr int RW = TW + KW - 1;
+    constexpr bool kPrefetch = (TH + KH - 1) * RW * VC <= 128;  // raw window within 64 registers
+    const int cvs = g.C / VC;
+    const int wbs = (g.wo + TW - 1) / TW, hbs = (g.ho + TH - 1) / TH;
+    // 32-bit index arithmetic: supports() keeps every tensor below 2^31 elements.
+    unsigned idx = blockIdx.x * kDwThreads + threadIdx.x;
+    if ((int64_t)idx >= (int64_t)g.N * hbs * wbs * cvs) return;
+    const int cv = (int)(idx % (unsigned)cvs); idx /= (unsigned)cvs;
+    const int wb = (int)(idx % (unsigned)wbs); idx /= (unsigned)wbs;
+    const int hb = (int)(idx % (unsigned)hbs);
+    const int n = (int)(idx / (unsigned)hbs);
+    const int c0 = cv * VC, oh0 = hb * TH, ow0 = wb * TW;
+    float wr[kWeightsInRegs ? KH * KW : 1][VC];
+    if constexpr (kWeightsInRegs) {
+#pragma unroll
+        for (int t = 0; t < KH * KW; ++t) dw_weights<VC>(wt + t * g.C + c0, wr[t]);
+    }
+    float acc[TH][TW][VC];
+#pragma unroll
+    for (int i = 0; i < TH; ++i)
+#pragma unroll
+        for (int j = 0; j < TW; ++j)
+#pragma unroll
+            for (int v = 0; v < VC; ++v) acc[i][j][v] = 0.f;
+    const T* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
+    const int iw0 = ow0 - g.pw;
+    // One input row: its TW + KW - 1 vectors (zeros outside the image) into every
+    // (output row, tap) that reads it.
+    auto consume = [&](int r, const float (&row)[RW][VC]) {
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh) {
+            const int oh = r - kh;
+            if (oh < 0 || oh >= TH) continue;  // resolved at compile time
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                float wv[VC];
+                if constexpr (kWeightsInRegs) {
+#pragma unroll
+                    for (int v = 0; v < VC; ++v) wv[v] = wr[kh * KW + kw][v];
+                } else {
+                    dw_weights<VC>(wt + (kh * KW + kw) * g.C + c0, wv);
+                }
+#pragma unroll
+                for (int ow = 0; ow < TW; ++ow)
+#pragma unroll
+                    for (int v = 0; v < VC; ++v) acc[oh][ow][v] = fmaf(row[ow + kw][v], wv[v], acc[oh][ow][v]);
+            }
+        }
+    };
+    if constexpr (kPrefetch) {
+        // small windows: every load issued before the first use (more bytes in flight)
+        typename DwRaw<VC>::U raw[TH + KH - 1][RW];
+#pragma unroll
+        for (int r = 0; r < TH + KH - 1; ++r) {
+            const int ih = oh0 - g.ph + r;
+            const bool row_inside = ih >= 0 && ih < g.hi;
+            dw_row_raw<true, RW, VC>(xn + (int64_t)(row_inside ? ih : 0) * g.wi * g.C, g.C, iw0, g.wi, row_inside,
+                                     raw[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < TH + KH - 1; ++r) {
+            float row[RW][VC];
+#pragma unroll
+            for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(raw[r][j], row[j]);
+            consume(r, row);
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < TH + KH - 1; ++r) {
+            const int ih = oh0 - g.ph + r;
+            if (ih < 0 || ih >= g.hi) continue;
+            typename DwRaw<VC>::U raw[RW];
+            dw_row_raw<true, RW, VC>(xn + (int64_t)ih * g.wi * g.C, g.C, iw0, g.wi, true, raw);
+            float row[RW][VC];
+#pragma unroll
+            for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(raw[j], row[j]);
+            consume(r, row);
+        }
+    }
+    T* yn = y + (int64_t)n * g.ho * g.wo * g.C + c0;
+#pragma unroll
+    for (int i = 0; i < TH; ++i) {
+        if (oh0 + i >= g.ho) break;
+#pragma unroll
+        for (int j = 0; j < TW; ++j)
+            if (ow0 + j < g.wo) dw_store<VC>(yn + ((int64_t)(oh0 + i) * g.wo + ow0 + j) * g.C, acc[i][j]);
+    }
+}
+
+// bwd_weight work: units are (image, output row, segment of seg_len columns); a slice is a
+// contiguous run of units. Block = sb slices x lanes (KH / KR row groups x cb channel
+// vectors, row group slowest); blockIdx.x = slice block, blockIdx.y = channel chunk.
+struct DwWgradPlan {
+    int kr, rgs;        // filter rows per thread, row groups
+    int cb, chunks;     // channel vectors per block, channel chunks
+    int sb, threads;    // slices per block, threads per block
+    int seg_len, segs;  // columns per unit (a multiple of TW), units per output row
+    int64_t units;
+    int slice_blocks;   // partial rows
+    int64_t per;        // units per slice
+    size_t smem;        // the block's in-order reduction
+};
+
+constexpr int kDwWgradThreads = 256;  // at most, per block
+constexpr int kDwWgradLanes = 128;    // at most: row groups x channel vectors of a slice
+
+template <class T, int KH, int KW, int KR, int TW, int VC>
+__global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeometry g, DwWgradPlan pl, const T* __restrict__ x, const T* __restrict__ dy,
+                                   float* __restrict__ partial) {
+    constexpr int ACC = KR * KW * VC;
+    constexpr int RW = TW + KW - 1;
+    extern __shared__ float red[];  // [sb - 1][lanes][ACC]
+    const int lanes = pl.rgs * pl.cb;
+    const int lane = threadIdx.x % lanes;
+    const int s_in_block = threadIdx.x / lanes;
+    const int rg = lane / pl.cb;
+    const int cv = blockIdx.y * pl.cb + lane % pl.cb;
+    const bool active = s_in_block < pl.sb && cv < g.C / VC;
+    const int c0 = active ? cv * VC : 0;
+    const int64_t slice = (int64_t)blockIdx.x * pl.sb + s_in_block;
+    const int64_t begin = slice * pl.per;
+    const int64_t end = !active ? begin : begin + pl.per < pl.units ? begin + pl.per : pl.units;
+    float acc[KR][KW][VC];
+#pragma unroll
+    for (int i = 0; i < KR; ++i)
+#pragma unroll
+        for (int j = 0; j < KW; ++j)
+#pragma unroll
+            for (int v = 0; v < VC; ++v) acc[i][j][v] = 0.f;
+    // the unit's (segment, row, image), advanced per unit
+    int seg = 0, oh = 0, n = 0;
+    if (begin < end) {
+        seg = (int)(begin % pl.segs);
+        const int64_t r = begin / pl.segs;
+        oh = (int)(r % g.ho);
+        n = (int)(r / g.ho);
+    }
+    for (int64_t u = begin; u < end; ++u) {
+        const int w_begin = seg * pl.seg_len;
+        const int w_end = min(w_begin + pl.seg_len, g.wo);
+        const T* grow = dy + ((int64_t)n * g.ho + oh) * g.wo * g.C + c0;
+        const T* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
+        // One step of TW output columns: unchecked loads where its window lies inside the
+        // image and the segment, else each load checked (zeros outside).
+        auto step = [&](int ow0, auto checked) {
+            constexpr bool kChecked = decltype(checked)::value;
+            typename DwRaw<VC>::U graw[TW];
+            if constexpr (kChecked) {
+#pragma unroll
+                for (int j = 0; j < TW; ++j) {
+                    const bool inside = ow0 + j < w_end;
+                    graw[j] = dw_load_raw<VC>(grow + (inside ? ow0 + j : 0) * g.C, inside);
+                }
+            } else {
+                dw_row_raw<false, TW, VC>(grow, g.C, ow0, g.wo, true, graw);
+            }
+            float gv[TW][VC];
+#pragma unroll
+            for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(graw[j], gv[j]);
+#pragma unroll
+            for (int kr = 0; kr < KR; ++kr) {
+                const int ih = oh - g.ph + rg * KR + kr;
+                if (ih < 0 || ih >= g.hi) continue;
+                typename DwRaw<VC>::U raw[RW];
+                dw_row_raw<kChecked, RW, VC>(xn + (int64_t)ih * g.wi * g.C, g.C, ow0 - g.pw,
+                                             kChecked ? min(g.wi, w_end - g.pw + KW - 1) : g.wi, true, raw);
+                float row[RW][VC];
+#pragma unroll
+                for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(raw[j], row[j]);
+#pragma unroll
+                for (int kw = 0; kw < KW; ++kw)
+#pragma unroll
+                    for (int j = 0; j < TW; ++j)
+#pragma unroll
+                        for (int v = 0; v < VC; ++v) acc[kr][kw][v] = fmaf(gv[j][v], row[j + kw][v], acc[kr][kw][v]);
+            }
+        };
+        for (int ow0 = w_begin; ow0 < w_end; ow0 += TW) {
+            if (ow0 - g.pw >= 0 && ow0 - g.pw + RW <= g.wi && ow0 + TW <= w_end) {
+                step(ow0, std::false_type{});
+            } else {
+                step(ow0, std::true_type{});
+            }
+        }
+        if (++seg == pl.segs) {
+            seg = 0;
+            if (++oh == g.ho) { oh = 0; ++n; }
+        }
+    }
+    if (s_in_block > 0 && s_in_block < pl.sb) {
+        float* mine = red + ((int64_t)(s_in_block - 1) * lanes + lane) * ACC;
+#pragma unroll
+        for (int i = 0; i < KR; ++i)
+#pragma unroll
+            for (int j = 0; j < KW; ++j)
+#pragma unroll
+                for (int v = 0; v < VC; ++v) mine[(i * KW + j) * VC + v] = acc[i][j][v];
+    }
+    if (pl.sb > 1) __syncthreads();
+    if (s_in_block > 0 || !active) return;
+    float* out = partial + (int64_t)blockIdx.x * g.C * KH * KW;  // dw[c][0][tap][0]
+#pragma unroll
+    for (int i = 0; i < KR; ++i)
+#pragma unroll
+        for (int j = 0; j < KW; ++j)
+#pragma unroll
+            for (int v = 0; v < VC; ++v) {
+                float s = acc[i][j][v];
+                for (int b = 1; b < pl.sb; ++b) s += red[((int64_t)(b - 1) * lanes + lane) * ACC + (i * KW + j) * VC + v];
+                out[(int64_t)(c0 + v) * KH * KW + (rg * KR + i) * KW + j] = s;
+            }
+}
+
+// ---------------------------------------------------------------- host side
+// TH x TW x VC: the forward's output rows x columns x channels per thread; bwd_weight uses
+// TW (columns per step) and VC.
+template <int DType, int Ndim, int Direction, int TH, int TW, int VC>
+struct Sm90DwConv {
+    using T = typename ConvElement<DType>::T;
+    static_assert(VC == 2 || VC == 4 || VC == 8, "2, 4 or 8 channels per thread");
+    static constexpr int kSmCount = 132;
+
+    // Calls f(integral_constant<KH>, integral_constant<KW>) for a compiled filter size;
+    // false when the size is not one of them.
+    template <class F>
+    static bool with_filter(int fh, int fw, F&& f) {
+        using std::integral_constant;
+        if constexpr (Ndim == 1) {
+            if (fh != 1) return false;
+            switch (fw) {
+                case 3: f(integral_constant<int, 1>{}, integral_constant<int, 3>{}); return true;
+                case 4: f(integral_constant<int, 1>{}, integral_constant<int, 4>{}); return true;
+                case 5: f(integral_constant<int, 1>{}, integral_constant<int, 5>{}); return true;
+                case 7: f(integral_constant<int, 1>{}, integral_constant<int, 7>{}); return true;
+                default: return false;
+            }
+        } else {
+            if (fh != fw) return false;
+            switch (fw) {
+                case 3: f(integral_constant<int, 3>{}, integral_constant<int, 3>{}); return true;
+                case 5: f(integral_constant<int, 5>{}, integral_constant<int, 5>{}); return true;
+                case 7: f(integral_constant<int, 7>{}, integral_constant<int, 7>{}); return true;
+                default: return false;
+            }
+        }
+    }
+
+    static int supports(const TdConvProblem& p, std::string* why) {
+        ConvGeometry g{};
+        if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
+        if (int st = conv_channels_are(g, 1, why)) return st;
+        if (g.G % VC) {
+            *why = "G = " + std::to_string(g.G) + " is not a multiple of " + std::to_string(VC) + " channels per thread";
+            return TD_UNSUPPORTED;
+        }
+        for (int i = 0; i < 3; ++i)
+            if (g.stride[i] != 1 || g.dil[i] != 1) {
+                *why = "stride and dilation must be 1 (the direct kernels take the others)";
+                return TD_UNSUPPORTED;
+            }
+        if (!with_filter((int)g.fil[1], (int)g.fil[2], [](auto, auto) {})) {
+            *why = Ndim == 1 ? "filter width not one of 3, 4, 5, 7" : "filter not one of 3x3, 5x5, 7x7";
+            return TD_UNSUPPORTED;
+        }
+        return conv_tensors_fit_int32(g, why);
+    }
+
+    // The view of the problem the kernels take: the forward's, or for bwd_data the forward
+    // over dy (sizes swapped, pad' = F - 1 - pad).
+    static DwGeometry view(const ConvGeometry& g) {
+        DwGeometry d{(int)g.N, (int)g.G, (int)g.in[1], (int)g.in[2], (int)g.out[1], (int)g.out[2],
+                     (int)g.pad[1], (int)g.pad[2]};
+        if (Direction == TD_CONV_BWD_DATA) {
+            std::swap(d.hi, d.ho);
+            std::swap(d.wi, d.wo);
+            d.ph = (int)g.fil[1] - 1 - d.ph;
+            d.pw = (int)g.fil[2] - 1 - d.pw;
+        }
+        return d;
+    }
+
+    // bwd_weight: filter rows per thread (all of them while the sums stay within 48).
+    static int filter_rows_per_thread(int kh, int kw) { return kh * kw * VC <= 48 ? kh : 1; }
+
+    static DwWgradPlan wgrad_plan(const TdConvProblem& p, const DwGeometry& d, int kh, int kw) {
+        DwWgradPlan pl{};
+        pl.kr = filter_rows_per_thread(kh, kw);
+        pl.rgs = kh / pl.kr;
+        const int cvs = d.C / VC;
+        // channel chunks of at most 128 lanes (at least 4 vectors: 32-byte sectors), so that
+        // several slices share a block and its in-order reduction
+        const int cb_most = std::max(4, kDwWgradLanes / pl.rgs);
+        pl.chunks = (cvs + cb_most - 1) / cb_most;
+        pl.cb = (cvs + pl.chunks - 1) / pl.chunks;
+        const int lanes = pl.rgs * pl.cb;
+        pl.sb = std::max(1, kDwWgradThreads / lanes);
+        pl.threads = (pl.sb * lanes + 31) / 32 * 32;
+        // units: split output rows along W where there are too few rows (1D)
+        const int64_t out_rows = (int64_t)d.N * d.ho;
+        const int64_t want_threads = (int64_t)kSmCount * 1536;
+        int64_t slices = p.base.split_k > 0 ? p.base.split_k
+                                            : std::max<int64_t>(1, want_threads / ((int64_t)lanes * pl.chunks));
+        const int64_t segs_most = std::max<int64_t>(1, (d.wo + 4 * TW - 1) / (4 * TW));
+        int64_t segs = std::max<int64_t>(1, std::min((slices + out_rows - 1) / out_rows, segs_most));
+        int64_t seg_len = (d.wo + segs - 1) / segs;
+        seg_len = (seg_len + TW - 1) / TW * TW;
+        pl.seg_len = (int)seg_len;
+        pl.segs = (int)((d.wo + seg_len - 1) / seg_len);
+        pl.units = out_rows * pl.segs;
+        slices = std::min(slices, pl.units);
+        int64_t slice_blocks = (slices + pl.sb - 1) / pl.sb;
+        if (p.base.split_k <= 0) {  // fp32 partial rows: at most a quarter of the bytes read
+            const int64_t read = 2 * ((int64_t)d.N * d.hi * d.wi * d.C + (int64_t)d.N * d.ho * d.wo * d.C);
+            const int64_t row = 4 * (int64_t)d.C * kh * kw;
+            slice_blocks = std::min(slice_blocks, std::max<int64_t>(1, read / (4 * row)));
+        }
+        slice_blocks = std::max<int64_t>(1, std::min<int64_t>(slice_blocks, 65535));
+        const int64_t all = slice_blocks * pl.sb;
+        pl.per = (pl.units + all - 1) / all;
+        // no block without work: as many slice blocks as the units at `per` a slice need
+        pl.slice_blocks = (int)(((pl.units + pl.per - 1) / pl.per + pl.sb - 1) / pl.sb);
+        pl.smem = (size_t)(pl.sb - 1) * lanes * pl.kr * kw * VC * sizeof(float);
+        return pl;
+    }
+
+    static size_t workspace_bytes(const TdConvProblem& p, const ConvGeometry& g) {
+        const size_t elems = (size_t)(g.G * g.taps());
+        if (Direction != TD_CONV_BWD_WEIGHT) return elems * sizeof(float);  // the packed weights
+        return (size_t)wgrad_plan(p, view(g), (int)g.fil[1], (int)g.fil[2]).slice_blocks * elems * sizeof(float);
+    }
+
+    static size_t workspace_size(const TdConvProblem& p) {
+        ConvGeometry g{};
+        if (!conv_geometry(p, &g).empty()) return 0;
+        return workspace_bytes(p, g);
+    }
+
+    static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
+                   void* stream_ptr) {
+        const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        ConvGeometry geo{};
+        conv_geometry(p, &geo);
+        const uintptr_t align = VC * sizeof(T) - 1;
+        if (((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & align) ||
+            (reinterpret_cast<uintptr_t>(wei) & 1))
+            return fail(TD_REJECTED, "a tensor's address is not aligned to the kernel's " +
+                                         std::to_string(VC * sizeof(T)) + "-byte vectors; the generic kernel takes it");
+        const DwGeometry d = view(geo);
+        float* scratch = nullptr;
+        if (int st = take_workspace(workspace_bytes(p, geo), ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&scratch)))
+            return st;
+        if constexpr (Direction == TD_CONV_BWD_WEIGHT) {
+            const T* x = static_cast<const T*>(in);
+            const T* dy = static_cast<const T*>(out);
+            const DwWgradPlan pl = wgrad_plan(p, d, (int)geo.fil[1], (int)geo.fil[2]);
+            with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
+                constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
+                constexpr int KR = KH * KW * VC <= 48 ? KH : 1;  // filter_rows_per_thread
+                auto kernel = conv_dw_bwd_weight<T, KH, KW, KR, TW, VC>;
+                if (pl.smem > 48 * 1024)
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+                kernel<<<dim3(pl.slice_blocks, pl.chunks), pl.threads, pl.smem, stream>>>(d, pl, x, dy, scratch);
+            });
+            const int64_t elems = geo.G * geo.taps();
+            conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
+                scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.slice_blocks);
+            return launch_status();
+        } else {
+            return run_forward(d, (int)geo.fil[1], (int)geo.fil[2], in, wei, out, scratch, stream);
+        }
+    }
+
+    static int run_forward(const DwGeometry& d, int fil_h, int fil_w, const void* in, const void* wei, void* out, float* scratch,
+                           cudaStream_t stream) {
+        const bool flip = Direction == TD_CONV_BWD_DATA;
+        const int taps = fil_h * fil_w;
+        // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)
+        const T* src = static_cast<const T*>(flip ? out : in);
+        T* dst = static_cast<T*>(const_cast<void*>(flip ? in : out));
+        dw_pack_weights<T><<<(unsigned)((d.C * taps + 255) / 256), 256, 0, stream>>>(
+            d.C, taps, flip, static_cast<const T*>(wei), scratch);
+        const int64_t threads = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * (d.C / VC);
+        const unsigned grid = (unsigned)((threads + kDwThreads - 1) / kDwThreads);
+        with_filter(fil_h, fil_w, [&](auto kh, auto kw) {
+            constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
+            conv_dw_fwd<T, KH, KW, (KH == 1 ? 1 : TH), TW, VC><<<grid, kDwThreads, 0, stream>>>(d, src, scratch, dst);
+        });
+        return launch_status();
+    }
+
+    // KernelInfo: tile = (TH, TW, VC), schedule 7 = depthwise.
+    static constexpr ConvKernel entry(const char* name) {
+        return ConvKernel{{name, DType, Ndim, Direction, Direction == TD_CONV_BWD_WEIGHT ? 1 : -1, TH, TW, VC, 1, 0, 7, 0},
+                          &supports, &workspace_size, &run};
+    }
+};
+
+}  // namespace td::cuda
