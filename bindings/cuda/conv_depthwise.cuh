@@ -107,6 +107,16 @@ __device__ __forceinline__ void dw_store(T* p, const float (&v)[VC]) {
     *reinterpret_cast<U*>(p) = raw;
 }
 
+template <int A, int B, int C>
+__device__ __forceinline__ void dw_zero(float (&acc)[A][B][C]) {
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < B; ++j)
+#pragma unroll
+            for (int v = 0; v < C; ++v) acc[i][j][v] = 0.f;
+}
+
 // The 2D view every kernel here works on: rows H, columns W, channels C (1D: H = 1).
 struct DwGeometry {
     int N, C, hi, wi, ho, wo, ph, pw;
@@ -145,12 +155,7 @@ __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T*
         for (int t = 0; t < KH * KW; ++t) dw_weights<VC>(wt + t * g.C + c0, wr[t]);
     }
     float acc[TH][TW][VC];
-#pragma unroll
-    for (int i = 0; i < TH; ++i)
-#pragma unroll
-        for (int j = 0; j < TW; ++j)
-#pragma unroll
-            for (int v = 0; v < VC; ++v) acc[i][j][v] = 0.f;
+    dw_zero(acc);
     const T* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
     const int iw0 = ow0 - g.pw;
     // One input row: its TW + KW - 1 vectors (zeros outside the image) into every
@@ -250,12 +255,7 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
     const int64_t begin = slice * pl.per;
     const int64_t end = !active ? begin : begin + pl.per < pl.units ? begin + pl.per : pl.units;
     float acc[KR][KW][VC];
-#pragma unroll
-    for (int i = 0; i < KR; ++i)
-#pragma unroll
-        for (int j = 0; j < KW; ++j)
-#pragma unroll
-            for (int v = 0; v < VC; ++v) acc[i][j][v] = 0.f;
+    dw_zero(acc);
     // the unit's (segment, row, image), advanced per unit
     int seg = 0, oh = 0, n = 0;
     if (begin < end) {
