@@ -323,6 +323,16 @@ def test_implicit_conv_variants_expand_and_names_round_trip():
         assert config_from_name(c.name) == c
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "bench/sweeps").glob("sm90_conv_*.yaml")), ids=lambda p: p.name)
+def test_opt_in_conv_manifests_expand(path):
+    """The opt-in conv manifests of bench/sweeps (their headers give the one-run recipe):
+    every variant buildable for sm_90a, names parsed back."""
+    configs = expand(load_manifest(path), ["sm_90a"]).configs
+    assert configs and all(c.op == "conv" for c in configs)
+    for c in configs:
+        assert config_from_name(c.name) == c
+
+
 def test_wgrad_split_manifest_expands_and_names_round_trip():
     """The batch-split bwd_weight variants: split 2 and 4 in the opt-in sweep, split 2 in the
     default manifest (bwd_weight only), in the name and the knobs, parsed back."""
