@@ -297,18 +297,25 @@ def test_depthwise_conv_variants_expand_and_names_round_trip():
         assert c.direction is not Direction.BWD_WEIGHT or c.tile[0] == 1
 
 
+def sm90_conv_manifest_error(tmp_path, knobs, tile, direction="fwd", layout="NHWGC"):
+    """A one-group sm_90a conv manifest (cuda knobs on line 8) that must fail to expand:
+    its path and the error message."""
+    path = tmp_path / "k.yaml"
+    path.write_text(f"schema_version: 1\nconv:\n  - direction: {direction}\n    layout: {layout}\n    dtype: bf16\n"
+                    f"    tile: {tile}\n    targets: [sm_90a]\n    cuda: {knobs}\n")
+    with pytest.raises(ManifestError) as info:
+        expand(load_manifest(path), ["sm_90a"])
+    return path, str(info.value)
+
+
 @pytest.mark.parametrize("layout, direction, tile, why", [
     ("NDHWGC", "fwd", "[1, 8, 4]", "the depthwise kernels take 1D and 2D layouts"),
     ("NWGC", "fwd", "[2, 4, 4]", "a 1D depthwise kernel has one output row per thread, not 2"),
     ("NHWGC", "bwd_weight", "[2, 4, 4]", "depthwise bwd_weight walks output rows one at a time"),
 ])
 def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile, why):
-    path = tmp_path / "k.yaml"
-    path.write_text(f"schema_version: 1\nconv:\n  - direction: {direction}\n    layout: {layout}\n    dtype: bf16\n"
-                    f"    tile: {tile}\n    targets: [sm_90a]\n    cuda: {{algorithm: depthwise}}\n")
-    with pytest.raises(ManifestError) as info:
-        expand(load_manifest(path), ["sm_90a"])
-    assert why in str(info.value) and str(path) + ":8" in str(info.value)
+    path, message = sm90_conv_manifest_error(tmp_path, "{algorithm: depthwise}", tile, direction, layout)
+    assert why in message and str(path) + ":8" in message
 
 
 def test_implicit_conv_variants_expand_and_names_round_trip():
@@ -371,9 +378,5 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: depthwise, channels_per_group: 1}", "[1, 8, 4]", "the depthwise algorithm takes no channels_per_group"),
 ])
 def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):
-    path = tmp_path / "k.yaml"
-    path.write_text("schema_version: 1\nconv:\n  - direction: fwd\n    layout: NHWGC\n    dtype: bf16\n"
-                    f"    tile: {tile}\n    targets: [sm_90a]\n    cuda: {knobs}\n")
-    with pytest.raises(ManifestError) as info:
-        expand(load_manifest(path), ["sm_90a"])
-    assert why in str(info.value) and str(path) + ":" in str(info.value)
+    path, message = sm90_conv_manifest_error(tmp_path, knobs, tile)
+    assert why in message and str(path) + ":" in message

@@ -78,11 +78,6 @@ __device__ __forceinline__ void dw_row_raw(const T* xr, int C, int iw0, int wi, 
     }
 }
 
-template <int VC, class T>
-__device__ __forceinline__ void dw_load(const T* p, bool inside, float (&v)[VC]) {
-    dw_unpack<VC, T>(dw_load_raw<VC>(p, inside), v);
-}
-
 template <int VC>
 __device__ __forceinline__ void dw_weights(const float* p, float (&v)[VC]) {
     if constexpr (VC == 2) {
@@ -274,15 +269,7 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
         auto step = [&](int ow0, auto checked) {
             constexpr bool kChecked = decltype(checked)::value;
             typename DwRaw<VC>::U graw[TW];
-            if constexpr (kChecked) {
-#pragma unroll
-                for (int j = 0; j < TW; ++j) {
-                    const bool inside = ow0 + j < w_end;
-                    graw[j] = dw_load_raw<VC>(grow + (inside ? ow0 + j : 0) * g.C, inside);
-                }
-            } else {
-                dw_row_raw<false, TW, VC>(grow, g.C, ow0, g.wo, true, graw);
-            }
+            dw_row_raw<kChecked, TW, VC>(grow, g.C, ow0, w_end, true, graw);  // columns up to the segment's end
             float gv[TW][VC];
 #pragma unroll
             for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(graw[j], gv[j]);
