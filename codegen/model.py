@@ -500,22 +500,23 @@ class CudaKnobs:
 
     def _depthwise_problems(self, dtype, direction, tile, layout) -> list[str]:
         """Depthwise kernels (bindings/cuda/conv_depthwise.cuh): tile = (output rows 1..4,
-        output columns 1..8, 2, 4 or 8 channels per thread); 1D (rows 1) and 2D layouts;
-        bwd_weight walks whole rows (rows 1)."""
+        output columns 1..8, 2, 4 or 8 channels per thread); 1D (rows 1) and 2D layouts.
+        bwd_weight: rows 1 walks rows one at a time from global memory; rows 2..8 (2D) is the
+        staged kernel, units of up to that many output rows in shared memory."""
         out = []
         rows, cols, chans = tile
+        wgrad = direction is Direction.BWD_WEIGHT
         if dtype not in (DType.FP16, DType.BF16):
             out.append(f"depthwise convolution kernels take fp16 or bf16, not {dtype.key}")
         if layout is not None and layout.ndim == 3:
             out.append("the depthwise kernels take 1D and 2D layouts (3D: algorithm direct)")
         if layout is not None and layout.ndim == 1 and rows != 1:
             out.append(f"a 1D depthwise kernel has one output row per thread, not {rows}")
-        elif direction is Direction.BWD_WEIGHT and rows != 1:
-            out.append(f"depthwise bwd_weight walks output rows one at a time: rows 1, not {rows}")
-        if not 1 <= rows <= 4 or not 1 <= cols <= 8 or chans not in (2, 4, 8):
-            out.append(f"depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels], not {list(tile)}")
-        elif rows * cols * chans > 64:
-            out.append(f"{rows} x {cols} x {chans} is more than 64 accumulators per thread")
+        if not 1 <= rows <= (8 if wgrad else 4) or not 1 <= cols <= 8 or chans not in (2, 4, 8):
+            most = "1..8 rows" if wgrad else "1..4 rows"
+            out.append(f"depthwise tile must be [{most}, 1..8 columns, 2|4|8 channels], not {list(tile)}")
+        elif not wgrad and rows * cols * chans > 64:
+            out.append(f"{rows} x {cols} x {chans} is more than 64 values per thread")
         return out
 
     def _cutlass_tile_problems(self, dtype, tile) -> list[str]:

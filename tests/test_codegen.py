@@ -311,7 +311,9 @@ def sm90_conv_manifest_error(tmp_path, knobs, tile, direction="fwd", layout="NHW
 @pytest.mark.parametrize("layout, direction, tile, why", [
     ("NDHWGC", "fwd", "[1, 8, 4]", "the depthwise kernels take 1D and 2D layouts"),
     ("NWGC", "fwd", "[2, 4, 4]", "a 1D depthwise kernel has one output row per thread, not 2"),
-    ("NHWGC", "bwd_weight", "[2, 4, 4]", "depthwise bwd_weight walks output rows one at a time"),
+    ("NHWGC", "bwd_weight", "[9, 8, 4]", "depthwise tile must be [1..8 rows, 1..8 columns"),
+    ("NWGC", "bwd_weight", "[4, 8, 4]", "a 1D depthwise kernel has one output row per thread, not 4"),
+    ("NHWGC", "bwd_weight", "[4, 8, 16]", "depthwise tile must be [1..8 rows"),
 ])
 def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile, why):
     path, message = sm90_conv_manifest_error(tmp_path, "{algorithm: depthwise}", tile, direction, layout)
@@ -374,7 +376,7 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: tiled_mma, channels_per_group: 8}", "[96, 32, 16]", "tiled_mma tile must be [64|128|256|512, 16|32, 16]"),
     ("{algorithm: tiled_mma, channels_per_group: 8, cluster: [1, 1]}", "[128, 32, 16]", "takes no cluster"),
     ("{algorithm: depthwise}", "[2, 4, 3]", "depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels]"),
-    ("{algorithm: depthwise}", "[4, 8, 4]", "more than 64 accumulators"),
+    ("{algorithm: depthwise}", "[4, 8, 4]", "4 x 8 x 4 is more than 64 values per thread"),
     ("{algorithm: depthwise, channels_per_group: 1}", "[1, 8, 4]", "the depthwise algorithm takes no channels_per_group"),
 ])
 def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):
