@@ -117,7 +117,7 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     // fastest of 1-4 rows there: 3x3 50.5 us at 3 rows, 53.9 at 4; 7x7 59.7 at 4, 65.5 at 3);
     // bwd_weight walks one row at a time (its tile's rows are 1).
     if (k.schedule == 7) {
-        const int rows = p.base.direction == TD_CONV_BWD_WEIGHT ? 4 : g.fil[1] <= 3 ? 3 : 4;
+        const int rows = p.base.direction == TD_CONV_BWD_WEIGHT ? 8 : g.fil[1] <= 3 ? 3 : 4;
         return 0.35 + 0.001 * std::abs(k.tile_m - rows) + 0.0001 * std::abs(k.tile_n - 4) + 0.0001 * std::abs(k.tile_k - 4);
     }
     return predicted_cost(k, gemm_shape(g, p.base.direction), k.reduction >= 0,

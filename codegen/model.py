@@ -501,21 +501,24 @@ class CudaKnobs:
     def _depthwise_problems(self, dtype, direction, tile, layout) -> list[str]:
         """Depthwise kernels (bindings/cuda/conv_depthwise.cuh): tile = (output rows 1..4,
         output columns 1..8, 2, 4 or 8 channels per thread); 1D (rows 1) and 2D layouts.
-        bwd_weight: rows 1 walks rows one at a time from global memory; rows 2..8 (2D) is the
-        staged kernel, units of up to that many output rows in shared memory."""
+        bwd_weight: rows 1 walks rows one at a time; rows 2..16 (2D) is the sliding kernel,
+        which walks segments of at least that many rows with 1, 2 or 4 channels per thread."""
         out = []
         rows, cols, chans = tile
-        wgrad = direction is Direction.BWD_WEIGHT
+        slide = direction is Direction.BWD_WEIGHT and rows > 1
         if dtype not in (DType.FP16, DType.BF16):
             out.append(f"depthwise convolution kernels take fp16 or bf16, not {dtype.key}")
         if layout is not None and layout.ndim == 3:
             out.append("the depthwise kernels take 1D and 2D layouts (3D: algorithm direct)")
         if layout is not None and layout.ndim == 1 and rows != 1:
             out.append(f"a 1D depthwise kernel has one output row per thread, not {rows}")
-        if not 1 <= rows <= (8 if wgrad else 4) or not 1 <= cols <= 8 or chans not in (2, 4, 8):
-            most = "1..8 rows" if wgrad else "1..4 rows"
-            out.append(f"depthwise tile must be [{most}, 1..8 columns, 2|4|8 channels], not {list(tile)}")
-        elif not wgrad and rows * cols * chans > 64:
+        if slide:
+            if rows > 16 or not 1 <= cols <= 8 or chans not in (1, 2, 4):
+                out.append(f"sliding depthwise bwd_weight tile must be [2..16 rows, 1..8 columns, 1|2|4 channels], "
+                           f"not {list(tile)}")
+        elif not 1 <= rows <= 4 or not 1 <= cols <= 8 or chans not in (2, 4, 8):
+            out.append(f"depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels], not {list(tile)}")
+        elif direction is not Direction.BWD_WEIGHT and rows * cols * chans > 64:
             out.append(f"{rows} x {cols} x {chans} is more than 64 values per thread")
         return out
 

@@ -31,6 +31,7 @@ namespace td::cuda {
 
 // VC consecutive 2-byte elements as one raw load (VC x 2 bytes, aligned to that).
 template <int VC> struct DwRaw;
+template <> struct DwRaw<1> { using U = unsigned short; };
 template <> struct DwRaw<2> { using U = unsigned; };
 template <> struct DwRaw<4> { using U = uint2; };
 template <> struct DwRaw<8> { using U = uint4; };
@@ -45,16 +46,24 @@ __device__ __forceinline__ typename DwRaw<VC>::U dw_load_raw(const T* p, bool in
 // float: one shift and one mask per 32-bit word), fp16 pairs by the paired conversion.
 template <int VC, class T>
 __device__ __forceinline__ void dw_unpack(typename DwRaw<VC>::U raw, float (&v)[VC]) {
-    const unsigned* w = reinterpret_cast<const unsigned*>(&raw);
-#pragma unroll
-    for (int i = 0; i < VC / 2; ++i) {
+    if constexpr (VC == 1) {
         if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-            v[2 * i] = __uint_as_float(w[i] << 16);
-            v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            v[0] = __uint_as_float((unsigned)raw << 16);
         } else {
-            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-            v[2 * i] = f.x;
-            v[2 * i + 1] = f.y;
+            v[0] = __half2float(__ushort_as_half(raw));
+        }
+    } else {
+        const unsigned* w = reinterpret_cast<const unsigned*>(&raw);
+#pragma unroll
+        for (int i = 0; i < VC / 2; ++i) {
+            if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+                v[2 * i] = __uint_as_float(w[i] << 16);
+                v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            } else {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+                v[2 * i] = f.x;
+                v[2 * i + 1] = f.y;
+            }
         }
     }
 }
@@ -327,181 +336,126 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
             }
 }
 
-// ---------------------------------------------------------------- bwd_weight, staged
-// Tile rows > 1 (2D): a block takes 16 channels and walks units of (image, band of R output
-// rows, segment of SW output columns). Per unit it copies the dy tile and the input rows
-// under it into shared memory with cp.async (zeros outside the image), converts them to fp32
-// there once, and starts copying the next unit before computing this one. Thread =
-// (KR filter rows, VC channels, piece p of P): it walks the unit's (row, TW-column step)
-// items p, p + P, ... reading fp32 vectors only (no conversion, no bounds check in the
-// inner loop), into KR x KW x VC sums. The block adds its threads' sums in shared memory in
-// order and writes one fp32 partial row; conv_bwd_weight_reduce adds the rows.
-struct DwStagedPlan {
-    int R, SW, ncs;      // output rows and columns per unit, TW-column steps per row
-    int bands, segs;     // units per image: bands x segs
-    int64_t units;
-    int xr, xc, xs;      // staged input: rows, columns, row pitch in floats
-    int dc, ds;          // staged dy: columns (ncs x TW), row pitch in floats
-    int rgs, P, threads; // filter-row groups, pieces, threads = rgs x (16 / VC) x P
-    int chunks, blocks;  // 16-channel chunks; blocks per chunk (= partial rows)
-    int64_t per;         // units per block
-    int raw_at;          // the raw (2-byte) copies start at this float of shared memory
-    size_t smem;
+// ---------------------------------------------------------------- bwd_weight, sliding
+// Tile rows > 1 (2D): thread = (image, segment of at least TH output rows, TW output
+// columns, VC channels), with the sums of every tap (KH x KW x VC) in registers. It walks its
+// output rows downwards keeping the KH input rows under the current one, converted, in
+// registers: per output row it loads one new input row (TW + KW - 1 vectors) and one dy row
+// (TW vectors) for KH x KW x TW x VC products, where the row-at-a-time kernel loads KH input
+// rows. The next row's loads are issued before this row's products. A warp holds 32
+// consecutive channel vectors; the 4 warps of a block take items of the same channels and
+// add their sums in shared memory in order; one fp32 partial row per block.
+struct DwSlidePlan {
+    int L, segs;        // output rows per segment, segments per image
+    int cbs;            // column blocks of TW per row
+    int64_t items;      // N x segs x cbs per channel group
+    int64_t per_block;  // items per block (its 4 warps take every 4th)
+    int blocks;         // blocks per channel group (= partial rows)
+    int groups;         // channel groups of 32 vectors
 };
 
-constexpr int kDwStage = 16;  // channels per staged block
+constexpr int kDwSlideWarps = 4;
 
-// Row pitch of a staged fp32 row of `cols` 16-channel pixels: an odd multiple of 16 floats,
-// so two consecutive rows read by one quarter-warp fall on different banks.
-inline int dw_pitch(int cols) { return cols % 2 ? cols * kDwStage : cols * kDwStage + kDwStage; }
+// Filter sizes a sliding variant compiles: sums and window within 140 registers (7x7 takes
+// one channel per thread, 3x3 up to 2 x 8 columns).
+template <int KH, int KW, int TW, int VC>
+constexpr bool dw_slide_fits() { return VC * KH * KW + VC * KH * (TW + KW - 1) <= 140; }
 
-template <int Bytes>
-__device__ __forceinline__ void dw_cp_async(void* dst, const void* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(Bytes),
-                 "r"(valid ? Bytes : 0));
-}
-
-template <int VC>
-__device__ __forceinline__ void dw_lds(const float* p, float (&v)[VC]) {
-    if constexpr (VC == 2) {
-        const float2 a = *reinterpret_cast<const float2*>(p);
-        v[0] = a.x; v[1] = a.y;
-    } else {
-#pragma unroll
-        for (int i = 0; i < VC; i += 4) {
-            const float4 a = *reinterpret_cast<const float4*>(p + i);
-            v[i] = a.x; v[i + 1] = a.y; v[i + 2] = a.z; v[i + 3] = a.w;
-        }
-    }
-}
-
-template <int VC>
-__device__ __forceinline__ void dw_sts(float* p, const float (&v)[VC]) {
-    if constexpr (VC == 2) {
-        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < VC; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
-    }
-}
-
-// Starts copying rows x cols pixels (16 channels from c0) at (r0, q0) of an image (rmax x
-// qmax valid, `width` columns) into raw[rows][cols][16 / VC]; zeros outside. A thread keeps
-// one channel vector and walks the pixels.
-template <class T, int VC>
-__device__ __forceinline__ void dw_stage(typename DwRaw<VC>::U* raw, const T* img, const T* safe, int rows, int cols,
-                                         int r0, int q0, int rmax, int qmax, int width, int C, int c0) {
-    constexpr int CB = kDwStage / VC;
-    const int v = threadIdx.x % CB, step = blockDim.x / CB;
-    const int c = c0 + v * VC;
-    int pix = threadIdx.x / CB;
-    int r = pix / cols, q = pix % cols;
-    for (const int total = rows * cols; pix < total; pix += step) {
-        const int ir = r0 + r, iq = q0 + q;
-        const bool ok = ir >= 0 && ir < rmax && iq >= 0 && iq < qmax && c < C;
-        dw_cp_async<VC * 2>(raw + pix * CB + v, ok ? img + ((int64_t)ir * width + iq) * C + c : safe, ok);
-        for (q += step; q >= cols; q -= cols) ++r;
-    }
-}
-
-// raw[rows][cols][16 / VC] -> fp32 rows of `pitch` floats.
-template <class T, int VC>
-__device__ __forceinline__ void dw_widen(const typename DwRaw<VC>::U* raw, float* dst, int rows, int cols, int pitch) {
-    constexpr int CB = kDwStage / VC;
-    const int v = threadIdx.x % CB, step = blockDim.x / CB;
-    int pix = threadIdx.x / CB;
-    int r = pix / cols, q = pix % cols;
-    for (const int total = rows * cols; pix < total; pix += step) {
-        float f[VC];
-        dw_unpack<VC, T>(raw[pix * CB + v], f);
-        dw_sts<VC>(dst + r * pitch + q * kDwStage + v * VC, f);
-        for (q += step; q >= cols; q -= cols) ++r;
-    }
-}
-
-template <class T, int KH, int KW, int KR, int TW, int VC>
-__global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight_staged(DwGeometry g, DwStagedPlan pl, const T* __restrict__ x,
+template <class T, int KH, int KW, int TW, int VC>
+__global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(DwGeometry g, DwSlidePlan pl, const T* __restrict__ x,
                                                                                 const T* __restrict__ dy, float* __restrict__ partial) {
-    constexpr int CB = kDwStage / VC;
     constexpr int RW = TW + KW - 1;
-    constexpr int ACC = KR * KW * VC;
+    constexpr int ACC = KH * KW * VC;
     using U = typename DwRaw<VC>::U;
-    extern __shared__ __align__(16) float sm[];
-    float* xs = sm;                      // [xr][xs]
-    float* ds = sm + pl.xr * pl.xs;      // [R][ds]
-    U* xraw = reinterpret_cast<U*>(sm + pl.raw_at);  // [xr][xc][CB]
-    U* draw = xraw + pl.xr * pl.xc * CB;             // [R][dc][CB]
-    const int cv = threadIdx.x % CB;
-    const int piece = threadIdx.x / CB % pl.P;
-    const int kg = threadIdx.x / (CB * pl.P);
-    const int c0 = blockIdx.y * kDwStage;
-    const int64_t begin = (int64_t)blockIdx.x * pl.per;
-    const int64_t end = begin + pl.per < pl.units ? begin + pl.per : pl.units;
-    const int64_t img_x = (int64_t)g.hi * g.wi * g.C, img_dy = (int64_t)g.ho * g.wo * g.C;
-    auto issue = [&](int64_t u) {
-        const int seg = (int)(u % pl.segs);
-        const int64_t rest = u / pl.segs;
-        const int oh0 = (int)(rest % pl.bands) * pl.R, ow0 = seg * pl.SW;
-        const int64_t n = rest / pl.bands;
-        dw_stage<T, VC>(xraw, x + n * img_x, x, pl.xr, pl.xc, oh0 - g.ph, ow0 - g.pw, g.hi, g.wi, g.wi, g.C, c0);
-        dw_stage<T, VC>(draw, dy + n * img_dy, dy, pl.R, pl.dc, oh0, ow0, g.ho, min(ow0 + pl.SW, g.wo), g.wo, g.C, c0);
-        cp_async_commit();
-    };
-    float acc[KR][KW][VC];
+    __shared__ float red[kDwSlideWarps - 1][ACC][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int cv = blockIdx.y * 32 + lane;
+    const bool active = cv < g.C / VC;
+    const int c0 = active ? cv * VC : 0;
+    float acc[KH][KW][VC];
     dw_zero(acc);
-    if (begin < end) issue(begin);
-    const int items = pl.R * pl.ncs;
-    for (int64_t u = begin; u < end; ++u) {
-        cp_async_wait_all();
-        __syncthreads();  // the copies of unit u landed; every thread is done with unit u - 1
-        dw_widen<T, VC>(xraw, xs, pl.xr, pl.xc, pl.xs);
-        dw_widen<T, VC>(draw, ds, pl.R, pl.dc, pl.ds);
-        __syncthreads();  // fp32 tiles ready; the raw buffer is free
-        if (u + 1 < end) issue(u + 1);
-        for (int it = piece; it < items; it += pl.P) {
-            const int r = it % pl.R, col = it / pl.R * TW;
-            const float* drow = ds + r * pl.ds + col * kDwStage + cv * VC;
-            float gv[TW][VC];
+    const int64_t first = (int64_t)blockIdx.x * pl.per_block;
+    const int64_t last = first + pl.per_block < pl.items ? first + pl.per_block : pl.items;
+    for (int64_t it = first + warp; active && it < last; it += kDwSlideWarps) {
+        const int cb = (int)(it % pl.cbs);
+        const int64_t rest = it / pl.cbs;
+        const int seg = (int)(rest % pl.segs);
+        const int64_t n = rest / pl.segs;
+        const int ow0 = cb * TW, iw0 = ow0 - g.pw;
+        const int oh_begin = seg * pl.L, oh_end = min(oh_begin + pl.L, g.ho);
+        const T* xn = x + n * g.hi * g.wi * g.C + c0;
+        const T* dyn = dy + n * g.ho * g.wo * g.C + c0;
+        auto walk = [&](auto checked) {
+            constexpr bool kChecked = decltype(checked)::value;
+            // input row ih's RW vectors from column iw0 (zeros outside); dy row oh's TW
+            auto load = [&](int ih, int oh, U (&xr)[RW], U (&gr)[TW]) {
+                const bool in = ih >= 0 && ih < g.hi;
+                dw_row_raw<true, RW, VC>(xn + (int64_t)(in ? ih : 0) * g.wi * g.C, g.C, iw0, g.wi, in, xr);
+                dw_row_raw<kChecked, TW, VC>(dyn + (int64_t)oh * g.wo * g.C, g.C, ow0, g.wo, true, gr);
+            };
+            float win[KH][RW][VC];  // slot (ih - (oh_begin - ph)) % KH holds input row ih
 #pragma unroll
-            for (int j = 0; j < TW; ++j) dw_lds<VC>(drow + j * kDwStage, gv[j]);
+            for (int k = 0; k < KH - 1; ++k) {
+                const int ih = oh_begin - g.ph + k;
+                U xr[RW];
+                dw_row_raw<true, RW, VC>(xn + (int64_t)(ih >= 0 && ih < g.hi ? ih : 0) * g.wi * g.C, g.C, iw0, g.wi,
+                                         ih >= 0 && ih < g.hi, xr);
 #pragma unroll
-            for (int kr = 0; kr < KR; ++kr) {
-                const float* xrow = xs + (r + kg * KR + kr) * pl.xs + col * kDwStage + cv * VC;
-                float row[RW][VC];
-#pragma unroll
-                for (int j = 0; j < RW; ++j) dw_lds<VC>(xrow + j * kDwStage, row[j]);
-#pragma unroll
-                for (int kw = 0; kw < KW; ++kw)
-#pragma unroll
-                    for (int j = 0; j < TW; ++j)
-#pragma unroll
-                        for (int v = 0; v < VC; ++v) acc[kr][kw][v] = fmaf(gv[j][v], row[j + kw][v], acc[kr][kw][v]);
+                for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(xr[j], win[k][j]);
             }
+            U nx[RW], ng[TW];  // the next output row's loads
+            load(oh_begin - g.ph + KH - 1, oh_begin, nx, ng);
+            for (int oh = oh_begin; oh < oh_end; oh += KH) {
+#pragma unroll
+                for (int s = 0; s < KH; ++s) {
+                    if (oh + s >= oh_end) break;
+                    float gv[TW][VC];
+#pragma unroll
+                    for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(nx[j], win[(s + KH - 1) % KH][j]);
+#pragma unroll
+                    for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(ng[j], gv[j]);
+                    if (oh + s + 1 < oh_end) load(oh + s + 1 - g.ph + KH - 1, oh + s + 1, nx, ng);
+#pragma unroll
+                    for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                        for (int kx = 0; kx < KW; ++kx)
+#pragma unroll
+                            for (int j = 0; j < TW; ++j)
+#pragma unroll
+                                for (int v = 0; v < VC; ++v)
+                                    acc[ky][kx][v] = fmaf(gv[j][v], win[(s + ky) % KH][j + kx][v], acc[ky][kx][v]);
+                }
+            }
+        };
+        if (iw0 >= 0 && iw0 + RW <= g.wi && ow0 + TW <= g.wo) {
+            walk(std::false_type{});
+        } else {
+            walk(std::true_type{});
         }
     }
-    // the threads' sums, red[a][thread], added over the pieces in order
-    __syncthreads();
-    float* red = sm;
+    // the warps' sums added in order (warp 0, 1, 2, 3)
+    if (warp > 0) {
 #pragma unroll
-    for (int i = 0; i < KR; ++i)
+        for (int i = 0; i < KH; ++i)
+#pragma unroll
+            for (int j = 0; j < KW; ++j)
+#pragma unroll
+                for (int v = 0; v < VC; ++v) red[warp - 1][(i * KW + j) * VC + v][lane] = acc[i][j][v];
+    }
+    __syncthreads();
+    if (warp > 0 || !active) return;
+    float* out = partial + (int64_t)blockIdx.x * g.C * KH * KW;  // dw[c][0][tap][0]
+#pragma unroll
+    for (int i = 0; i < KH; ++i)
 #pragma unroll
         for (int j = 0; j < KW; ++j)
 #pragma unroll
-            for (int v = 0; v < VC; ++v) red[((i * KW + j) * VC + v) * pl.threads + threadIdx.x] = acc[i][j][v];
-    __syncthreads();
-    constexpr int taps = KH * KW;
-    float* out = partial + (int64_t)blockIdx.x * g.C * taps + (int64_t)c0 * taps;  // dw[c][tap]
-    for (int e = threadIdx.x; e < kDwStage * taps; e += blockDim.x) {
-        const int cl = e / taps, tap = e % taps;
-        if (c0 + cl >= g.C) break;
-        const int ky = tap / KW, kx = tap % KW;
-        const int a = ((ky % KR) * KW + kx) * VC + cl % VC;
-        const float* src = red + a * pl.threads + (ky / KR) * CB * pl.P + cl / VC;
-        float s = 0.f;
-        for (int q = 0; q < pl.P; ++q) s += src[q * CB];
-        out[e] = s;
-    }
+            for (int v = 0; v < VC; ++v) {
+                float s = acc[i][j][v];
+#pragma unroll
+                for (int w = 0; w < kDwSlideWarps - 1; ++w) s += red[w][(i * KW + j) * VC + v][lane];
+                out[(int64_t)(c0 + v) * KH * KW + i * KW + j] = s;
+            }
 }
 
 // ---------------------------------------------------------------- host side
@@ -510,8 +464,10 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight_staged(
 template <int DType, int Ndim, int Direction, int TH, int TW, int VC>
 struct Sm90DwConv {
     using T = typename ConvElement<DType>::T;
-    static_assert(VC == 2 || VC == 4 || VC == 8, "2, 4 or 8 channels per thread");
-    static_assert(Ndim == 2 || Direction != TD_CONV_BWD_WEIGHT || TH == 1, "the staged bwd_weight is 2D");
+    // bwd_weight with tile rows > 1 (2D): the sliding kernel, segments of at least TH rows.
+    static constexpr bool kSlide = Direction == TD_CONV_BWD_WEIGHT && TH > 1;
+    static_assert(VC == 2 || VC == 4 || VC == 8 || (kSlide && VC == 1), "2, 4 or 8 channels per thread (sliding: 1 too)");
+    static_assert(Ndim == 2 || !kSlide, "the sliding bwd_weight is 2D");
     static constexpr int kSmCount = 132;
 
     // Calls f(integral_constant<KH>, integral_constant<KW>) for a compiled filter size;
@@ -554,6 +510,11 @@ struct Sm90DwConv {
             }
         if (!with_filter((int)g.fil[1], (int)g.fil[2], [](auto, auto) {})) {
             *why = Ndim == 1 ? "filter width not one of 3, 4, 5, 7" : "filter not one of 3x3, 5x5, 7x7";
+            return TD_UNSUPPORTED;
+        }
+        if (kSlide && !slide_fits((int)g.fil[1], (int)g.fil[2])) {
+            *why = "this tile's sums and input window for a " + std::to_string(g.fil[1]) + "x" + std::to_string(g.fil[2]) +
+                   " filter exceed the registers (fewer columns or channels per thread take it)";
             return TD_UNSUPPORTED;
         }
         return conv_tensors_fit_int32(g, why);
@@ -617,47 +578,43 @@ struct Sm90DwConv {
         return pl;
     }
 
-    // bwd_weight with tile rows > 1 (2D): the staged kernel, units of up to TH output rows.
-    static constexpr bool kStaged = Direction == TD_CONV_BWD_WEIGHT && TH > 1;
+    // Whether this variant compiles the sliding kernel for a filter size (registers).
+    static bool slide_fits(int fh, int fw) {
+        bool fits = false;
+        with_filter(fh, fw, [&](auto kh, auto kw) { fits = dw_slide_fits<decltype(kh)::value, decltype(kw)::value, TW, VC>(); });
+        return fits;
+    }
 
-    static DwStagedPlan staged_plan(const TdConvProblem& p, const DwGeometry& d, int kh, int kw) {
-        DwStagedPlan pl{};
-        pl.bands = (d.ho + TH - 1) / TH;
-        pl.R = (d.ho + pl.bands - 1) / pl.bands;  // rows per band, the bands as even as they go
-        pl.segs = (d.wo + 63) / 64;               // columns per unit: at most 64
-        pl.SW = (d.wo + pl.segs - 1) / pl.segs;
-        pl.ncs = (pl.SW + TW - 1) / TW;
-        pl.dc = pl.ncs * TW;  // the ragged step reads zeros
-        pl.xc = pl.dc + kw - 1;
-        pl.xr = pl.R + kh - 1;
-        pl.xs = dw_pitch(pl.xc);
-        pl.ds = dw_pitch(pl.dc);
-        const int kr = filter_rows_per_thread(kh, kw);
-        pl.rgs = kh / kr;
-        const int cb = kDwStage / VC;
-        pl.P = std::max(1, std::min(128 / (pl.rgs * cb), pl.R * pl.ncs));
-        pl.threads = pl.rgs * cb * pl.P;
-        const int f32 = pl.xr * pl.xs + pl.R * pl.ds;
-        pl.raw_at = (f32 + 3) / 4 * 4;
-        const size_t raw = (size_t)(pl.xr * pl.xc + pl.R * pl.dc) * kDwStage * sizeof(T);
-        pl.smem = std::max((size_t)pl.raw_at * sizeof(float) + raw, (size_t)pl.threads * kr * kw * VC * sizeof(float));
-        pl.chunks = (d.C + kDwStage - 1) / kDwStage;
-        pl.units = (int64_t)d.N * pl.bands * pl.segs;
-        // one wave: blocks per SM by registers (ptxas: 79-107 a thread, so about 112) and
-        // by shared memory
-        const int per_sm = std::max(1, std::min(65536 / (pl.threads * 112), (int)((227u << 10) / (pl.smem + 1024))));
-        int64_t blocks = p.base.split_k > 0 ? p.base.split_k
-                                            : std::max<int64_t>(1, ((int64_t)kSmCount * per_sm + pl.chunks - 1) / pl.chunks);
-        blocks = std::max<int64_t>(1, std::min<int64_t>({blocks, pl.units, 65535}));
-        pl.per = (pl.units + blocks - 1) / blocks;
-        pl.blocks = (int)((pl.units + pl.per - 1) / pl.per);  // none without work
+    static DwSlidePlan slide_plan(const TdConvProblem& p, const DwGeometry& d, int kh) {
+        DwSlidePlan pl{};
+        pl.cbs = (d.wo + TW - 1) / TW;
+        pl.groups = (d.C / VC + 31) / 32;
+        // blocks resident at once: registers (about sums + window + 40 a thread) per 128 threads
+        const int regs = std::min(255, VC * kh * kh + VC * (kh + 1) * (TW + kh - 1) + 2 * TW * VC + 40);
+        const int64_t resident = (int64_t)kSmCount * std::max(1, std::min(16, 65536 / (regs * 128)));
+        const int64_t blocks_most = p.base.split_k > 0 ? p.base.split_k : std::max<int64_t>(1, resident / pl.groups);
+        // segments: the fewest that minimise a thread's rows (its items x (rows + KH - 1 halo))
+        const int segs_most = std::max(1, (d.ho + TH - 1) / TH);
+        int64_t best = INT64_MAX;
+        for (int segs = 1; segs <= segs_most; ++segs) {
+            const int L = (d.ho + segs - 1) / segs;
+            const int64_t items = (int64_t)d.N * segs * pl.cbs;
+            const int64_t per_thread = (items + blocks_most * kDwSlideWarps - 1) / (blocks_most * kDwSlideWarps);
+            const int64_t rows = per_thread * (L + kh - 1);
+            if (rows < best) { best = rows; pl.segs = segs; pl.L = L; }
+        }
+        pl.segs = (d.ho + pl.L - 1) / pl.L;
+        pl.items = (int64_t)d.N * pl.segs * pl.cbs;
+        const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>({blocks_most, pl.items, 65535}));
+        pl.per_block = (pl.items + blocks - 1) / blocks;
+        pl.blocks = (int)((pl.items + pl.per_block - 1) / pl.per_block);  // none without work
         return pl;
     }
 
     static size_t workspace_bytes(const TdConvProblem& p, const ConvGeometry& g) {
         const size_t elems = (size_t)(g.G * g.taps());
         if (Direction != TD_CONV_BWD_WEIGHT) return elems * sizeof(float);  // the packed weights
-        const int rows = kStaged ? staged_plan(p, view(g), (int)g.fil[1], (int)g.fil[2]).blocks
+        const int rows = kSlide ? slide_plan(p, view(g), (int)g.fil[1]).blocks
                                  : wgrad_plan(p, view(g), (int)g.fil[1], (int)g.fil[2]).slice_blocks;
         return (size_t)rows * elems * sizeof(float);
     }
@@ -686,32 +643,31 @@ struct Sm90DwConv {
             const T* x = static_cast<const T*>(in);
             const T* dy = static_cast<const T*>(out);
             const int64_t elems = geo.G * geo.taps();
-            if constexpr (kStaged) {
-                const DwStagedPlan pl = staged_plan(p, d, (int)geo.fil[1], (int)geo.fil[2]);
+            if constexpr (kSlide) {
+                const DwSlidePlan pl = slide_plan(p, d, (int)geo.fil[1]);
                 with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
                     constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
-                    constexpr int KR = KH * KW * VC <= 48 ? KH : 1;  // filter_rows_per_thread
-                    auto kernel = conv_dw_bwd_weight_staged<T, KH, KW, KR, TW, VC>;
-                    if (pl.smem > 48 * 1024)
-                        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
-                    kernel<<<dim3(pl.blocks, pl.chunks), pl.threads, pl.smem, stream>>>(d, pl, x, dy, scratch);
+                    if constexpr (dw_slide_fits<KH, KW, TW, VC>())
+                        conv_dw_bwd_weight_slide<T, KH, KW, TW, VC>
+                            <<<dim3(pl.blocks, pl.groups), 32 * kDwSlideWarps, 0, stream>>>(d, pl, x, dy, scratch);
                 });
                 conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
                     scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.blocks);
                 return launch_status();
+            } else {
+                const DwWgradPlan pl = wgrad_plan(p, d, (int)geo.fil[1], (int)geo.fil[2]);
+                with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
+                    constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
+                    constexpr int KR = KH * KW * VC <= 48 ? KH : 1;  // filter_rows_per_thread
+                    auto kernel = conv_dw_bwd_weight<T, KH, KW, KR, TW, VC>;
+                    if (pl.smem > 48 * 1024)
+                        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+                    kernel<<<dim3(pl.slice_blocks, pl.chunks), pl.threads, pl.smem, stream>>>(d, pl, x, dy, scratch);
+                });
+                conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
+                    scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.slice_blocks);
+                return launch_status();
             }
-            const DwWgradPlan pl = wgrad_plan(p, d, (int)geo.fil[1], (int)geo.fil[2]);
-            with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
-                constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
-                constexpr int KR = KH * KW * VC <= 48 ? KH : 1;  // filter_rows_per_thread
-                auto kernel = conv_dw_bwd_weight<T, KH, KW, KR, TW, VC>;
-                if (pl.smem > 48 * 1024)
-                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
-                kernel<<<dim3(pl.slice_blocks, pl.chunks), pl.threads, pl.smem, stream>>>(d, pl, x, dy, scratch);
-            });
-            conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
-                scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.slice_blocks);
-            return launch_status();
         } else {
             return run_forward(d, (int)geo.fil[1], (int)geo.fil[2], in, wei, out, scratch, stream);
         }
