@@ -340,11 +340,13 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
 // Tile rows > 1 (2D): thread = (image, segment of at least TH output rows, TW output
 // columns, VC channels), with the sums of every tap (KH x KW x VC) in registers. It walks its
 // output rows downwards keeping the KH input rows under the current one, converted, in
-// registers: per output row it loads one new input row (TW + KW - 1 vectors) and one dy row
-// (TW vectors) for KH x KW x TW x VC products, where the row-at-a-time kernel loads KH input
-// rows. The next row's loads are issued before this row's products. A warp holds 32
-// consecutive channel vectors; the 4 warps of a block take items of the same channels and
-// add their sums in shared memory in order; one fp32 partial row per block.
+// registers: per output row it converts one new input row (TW + KW - 1 vectors) and one dy
+// row (TW vectors) for KH x KW x TW x VC products, where the row-at-a-time kernel reloads
+// KH input rows. A warp holds 32 consecutive channel vectors; its rows arrive through a
+// ring of kDwSlideStages row steps in shared memory, copied 16 bytes at a time (cp.async)
+// three steps ahead, so the loads' latency hides behind the products without registers.
+// The 4 warps of a block take items of the same channels and add their sums in shared
+// memory in order; one fp32 partial row per block.
 struct DwSlidePlan {
     int L, segs;        // output rows per segment, segments per image
     int cbs;            // column blocks of TW per row
@@ -355,83 +357,107 @@ struct DwSlidePlan {
 };
 
 constexpr int kDwSlideWarps = 4;
+constexpr int kDwSlideStages = 4;
 
-// Filter sizes a sliding variant compiles: sums and window within 140 registers (7x7 takes
-// one channel per thread, 3x3 up to 2 x 8 columns).
+// Shared memory of a sliding block: the warps' rings and the in-order reduction.
 template <int KH, int KW, int TW, int VC>
-constexpr bool dw_slide_fits() { return VC * KH * KW + VC * KH * (TW + KW - 1) <= 140; }
+constexpr int dw_slide_smem() {
+    return kDwSlideWarps * kDwSlideStages * (2 * TW + KW - 1) * 64 * VC + (kDwSlideWarps - 1) * KH * KW * VC * 32 * 4;
+}
+// Filter sizes a sliding variant compiles: sums and window within 140 registers (7x7 takes
+// one channel per thread, 3x3 up to 2 x 8 columns) and static shared memory within 48 KB.
+template <int KH, int KW, int TW, int VC>
+constexpr bool dw_slide_fits() {
+    return VC * KH * KW + VC * KH * (TW + KW - 1) <= 140 && dw_slide_smem<KH, KW, TW, VC>() <= 48 * 1024;
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait_newest() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <class T, int KH, int KW, int TW, int VC>
 __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(DwGeometry g, DwSlidePlan pl, const T* __restrict__ x,
                                                                                 const T* __restrict__ dy, float* __restrict__ partial) {
     constexpr int RW = TW + KW - 1;
+    constexpr int PIX = RW + TW;       // a row step: RW input pixels, then TW dy pixels
+    constexpr int PARTS = 4 * VC;      // 16-byte pieces of a pixel's 32 x VC channels
     constexpr int ACC = KH * KW * VC;
+    constexpr int S = kDwSlideStages;
     using U = typename DwRaw<VC>::U;
+    __shared__ uint4 ring[kDwSlideWarps][S][PIX * PARTS];
     __shared__ float red[kDwSlideWarps - 1][ACC][32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int cv = blockIdx.y * 32 + lane;
-    const bool active = cv < g.C / VC;
-    const int c0 = active ? cv * VC : 0;
+    const int cw = blockIdx.y * 32 * VC;  // the warp's first channel
+    const bool active = cw + lane * VC < g.C;
     float acc[KH][KW][VC];
     dw_zero(acc);
     const int64_t first = (int64_t)blockIdx.x * pl.per_block;
     const int64_t last = first + pl.per_block < pl.items ? first + pl.per_block : pl.items;
-    for (int64_t it = first + warp; active && it < last; it += kDwSlideWarps) {
+    for (int64_t it = first + warp; it < last; it += kDwSlideWarps) {
         const int cb = (int)(it % pl.cbs);
         const int64_t rest = it / pl.cbs;
         const int seg = (int)(rest % pl.segs);
         const int64_t n = rest / pl.segs;
         const int ow0 = cb * TW, iw0 = ow0 - g.pw;
         const int oh_begin = seg * pl.L, oh_end = min(oh_begin + pl.L, g.ho);
-        const T* xn = x + n * g.hi * g.wi * g.C + c0;
-        const T* dyn = dy + n * g.ho * g.wo * g.C + c0;
-        auto walk = [&](auto checked) {
-            constexpr bool kChecked = decltype(checked)::value;
-            // input row ih's RW vectors from column iw0 (zeros outside); dy row oh's TW
-            auto load = [&](int ih, int oh, U (&xr)[RW], U (&gr)[TW]) {
-                const bool in = ih >= 0 && ih < g.hi;
-                dw_row_raw<true, RW, VC>(xn + (int64_t)(in ? ih : 0) * g.wi * g.C, g.C, iw0, g.wi, in, xr);
-                dw_row_raw<kChecked, TW, VC>(dyn + (int64_t)oh * g.wo * g.C, g.C, ow0, g.wo, true, gr);
-            };
-            float win[KH][RW][VC];  // slot (ih - (oh_begin - ph)) % KH holds input row ih
+        const int steps = oh_end - oh_begin + KH - 1;  // step r: input row r, dy row r - (KH - 1)
+        const T* xn = x + n * g.hi * g.wi * g.C;
+        const T* dyn = dy + n * g.ho * g.wo * g.C;
+        auto issue = [&](int r) {
+            if (r < steps) {
+                const int ih = oh_begin - g.ph + r, oh = oh_begin + r - (KH - 1);
+                uint4* dst = ring[warp][r % S];
 #pragma unroll
-            for (int k = 0; k < KH - 1; ++k) {
-                const int ih = oh_begin - g.ph + k;
-                U xr[RW];
-                dw_row_raw<true, RW, VC>(xn + (int64_t)(ih >= 0 && ih < g.hi ? ih : 0) * g.wi * g.C, g.C, iw0, g.wi,
-                                         ih >= 0 && ih < g.hi, xr);
-#pragma unroll
-                for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(xr[j], win[k][j]);
-            }
-            U nx[RW], ng[TW];  // the next output row's loads
-            load(oh_begin - g.ph + KH - 1, oh_begin, nx, ng);
-            for (int oh = oh_begin; oh < oh_end; oh += KH) {
-#pragma unroll
-                for (int s = 0; s < KH; ++s) {
-                    if (oh + s >= oh_end) break;
-                    float gv[TW][VC];
-#pragma unroll
-                    for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(nx[j], win[(s + KH - 1) % KH][j]);
-#pragma unroll
-                    for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(ng[j], gv[j]);
-                    if (oh + s + 1 < oh_end) load(oh + s + 1 - g.ph + KH - 1, oh + s + 1, nx, ng);
-#pragma unroll
-                    for (int ky = 0; ky < KH; ++ky)
-#pragma unroll
-                        for (int kx = 0; kx < KW; ++kx)
-#pragma unroll
-                            for (int j = 0; j < TW; ++j)
-#pragma unroll
-                                for (int v = 0; v < VC; ++v)
-                                    acc[ky][kx][v] = fmaf(gv[j][v], win[(s + ky) % KH][j + kx][v], acc[ky][kx][v]);
+                for (int i = 0; i < (PIX * PARTS + 31) / 32; ++i) {
+                    const int q = lane + 32 * i;
+                    if (q >= PIX * PARTS) break;
+                    const int pix = q / PARTS, c = cw + q % PARTS * 8;
+                    const T* src;
+                    bool ok;
+                    if (pix < RW) {
+                        const int iw = iw0 + pix;
+                        ok = ih >= 0 && ih < g.hi && iw >= 0 && iw < g.wi && c < g.C;
+                        src = xn + ((int64_t)ih * g.wi + iw) * g.C + c;
+                    } else {
+                        const int ow = ow0 + pix - RW;
+                        ok = oh >= oh_begin && ow < g.wo && c < g.C;
+                        src = dyn + ((int64_t)oh * g.wo + ow) * g.C + c;
+                    }
+                    cp_async16(dst + q, ok ? src : x, ok);
                 }
             }
+            cp_async_commit();  // empty past the end: the group count stays per step
         };
-        if (iw0 >= 0 && iw0 + RW <= g.wi && ow0 + TW <= g.wo) {
-            walk(std::false_type{});
-        } else {
-            walk(std::true_type{});
+#pragma unroll
+        for (int r = 0; r < S - 1; ++r) issue(r);
+        float win[KH][RW][VC];  // slot r % KH holds input row step r
+        for (int r0 = 0; r0 < steps; r0 += KH) {
+#pragma unroll
+            for (int s = 0; s < KH; ++s) {
+                const int r = r0 + s;
+                if (r >= steps) break;
+                cp_async_wait_newest<S - 2>();  // step r landed
+                __syncwarp();                   // the other lanes' copies too; step r - 1 read by all
+                issue(r + S - 1);
+                const U* st = reinterpret_cast<const U*>(ring[warp][r % S]) + lane;
+#pragma unroll
+                for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(st[j * 32], win[s][j]);
+                if (r < KH - 1) continue;
+                float gv[TW][VC];
+#pragma unroll
+                for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(st[(RW + j) * 32], gv[j]);
+#pragma unroll
+                for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                    for (int kx = 0; kx < KW; ++kx)
+#pragma unroll
+                        for (int j = 0; j < TW; ++j)
+#pragma unroll
+                            for (int v = 0; v < VC; ++v)
+                                acc[ky][kx][v] = fmaf(gv[j][v], win[(s + 1 + ky) % KH][j + kx][v], acc[ky][kx][v]);
+            }
         }
+        cp_async_wait_all();
+        __syncwarp();  // the ring is free for the next item
     }
     // the warps' sums added in order (warp 0, 1, 2, 3)
     if (warp > 0) {
@@ -444,6 +470,7 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
     }
     __syncthreads();
     if (warp > 0 || !active) return;
+    const int c0 = cw + lane * VC;
     float* out = partial + (int64_t)blockIdx.x * g.C * KH * KW;  // dw[c][0][tap][0]
 #pragma unroll
     for (int i = 0; i < KH; ++i)
@@ -510,6 +537,10 @@ struct Sm90DwConv {
             }
         if (!with_filter((int)g.fil[1], (int)g.fil[2], [](auto, auto) {})) {
             *why = Ndim == 1 ? "filter width not one of 3, 4, 5, 7" : "filter not one of 3x3, 5x5, 7x7";
+            return TD_UNSUPPORTED;
+        }
+        if (kSlide && g.G % 8) {
+            *why = "G = " + std::to_string(g.G) + " is not a multiple of 8 (the sliding kernel copies 16-byte pieces)";
             return TD_UNSUPPORTED;
         }
         if (kSlide && !slide_fits((int)g.fil[1], (int)g.fil[2])) {
@@ -589,9 +620,13 @@ struct Sm90DwConv {
         DwSlidePlan pl{};
         pl.cbs = (d.wo + TW - 1) / TW;
         pl.groups = (d.C / VC + 31) / 32;
-        // blocks resident at once: registers (about sums + window + 40 a thread) per 128 threads
-        const int regs = std::min(255, VC * kh * kh + VC * (kh + 1) * (TW + kh - 1) + 2 * TW * VC + 40);
-        const int64_t resident = (int64_t)kSmCount * std::max(1, std::min(16, 65536 / (regs * 128)));
+        // blocks resident at once: registers (sums + window + dy + about 40 a thread: ptxas gives
+        // 7x7 at 4x1 166, 3x3 at 8x2 118) and shared memory
+        const int regs = std::min(255, VC * kh * kh + VC * kh * (TW + kh - 1) + TW * VC + 40);
+        const int smem = kDwSlideWarps * kDwSlideStages * (2 * TW + kh - 1) * 64 * VC +
+                         (kDwSlideWarps - 1) * kh * kh * VC * 32 * 4 + 1024;
+        const int per_sm = std::min({16, 65536 / (regs * 32 * kDwSlideWarps), (227 << 10) / smem});
+        const int64_t resident = (int64_t)kSmCount * std::max(1, per_sm);
         const int64_t blocks_most = p.base.split_k > 0 ? p.base.split_k : std::max<int64_t>(1, resident / pl.groups);
         // segments: the fewest that minimise a thread's rows (its items x (rows + KH - 1 halo))
         const int segs_most = std::max(1, (d.ho + TH - 1) / TH);
@@ -630,11 +665,11 @@ struct Sm90DwConv {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
         ConvGeometry geo{};
         conv_geometry(p, &geo);
-        const uintptr_t align = VC * sizeof(T) - 1;
-        if (((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & align) ||
+        const uintptr_t vec = kSlide ? 16 : VC * sizeof(T);  // the sliding kernel copies 16-byte pieces
+        if (((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & (vec - 1)) ||
             (reinterpret_cast<uintptr_t>(wei) & 1))
-            return fail(TD_REJECTED, "a tensor's address is not aligned to the kernel's " +
-                                         std::to_string(VC * sizeof(T)) + "-byte vectors; the generic kernel takes it");
+            return fail(TD_REJECTED, "a tensor's address is not aligned to the kernel's " + std::to_string(vec) +
+                                         "-byte vectors; the generic kernel takes it");
         const DwGeometry d = view(geo);
         float* scratch = nullptr;
         if (int st = take_workspace(workspace_bytes(p, geo), ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&scratch)))
