@@ -402,27 +402,33 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
         const int steps = oh_end - oh_begin + KH - 1;  // step r: input row r, dy row r - (KH - 1)
         const T* xn = x + n * g.hi * g.wi * g.C;
         const T* dyn = dy + n * g.ho * g.wo * g.C;
+        // this lane's 16-byte pieces of a row step: offsets from the row's first pixel and
+        // whether the column (and channel) is inside, fixed for the item
+        constexpr int PER_LANE = (PIX * PARTS + 31) / 32;
+        int off[PER_LANE];
+        bool col_ok[PER_LANE];
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            const int q = lane + 32 * i;
+            const int pix = q / PARTS, c = cw + q % PARTS * 8;
+            const int col = pix < RW ? iw0 + pix : ow0 + pix - RW;
+            col_ok[i] = q < PIX * PARTS && c < g.C && col >= 0 && col < (pix < RW ? g.wi : g.wo);
+            off[i] = col_ok[i] ? col * g.C + c : 0;
+        }
         auto issue = [&](int r) {
             if (r < steps) {
                 const int ih = oh_begin - g.ph + r, oh = oh_begin + r - (KH - 1);
+                const bool x_ok = ih >= 0 && ih < g.hi, dy_ok = oh >= oh_begin;
+                const T* xrow = xn + (int64_t)(x_ok ? ih : 0) * g.wi * g.C;
+                const T* dyrow = dyn + (int64_t)(dy_ok ? oh : 0) * g.wo * g.C;
                 uint4* dst = ring[warp][r % S];
 #pragma unroll
-                for (int i = 0; i < (PIX * PARTS + 31) / 32; ++i) {
+                for (int i = 0; i < PER_LANE; ++i) {
                     const int q = lane + 32 * i;
                     if (q >= PIX * PARTS) break;
-                    const int pix = q / PARTS, c = cw + q % PARTS * 8;
-                    const T* src;
-                    bool ok;
-                    if (pix < RW) {
-                        const int iw = iw0 + pix;
-                        ok = ih >= 0 && ih < g.hi && iw >= 0 && iw < g.wi && c < g.C;
-                        src = xn + ((int64_t)ih * g.wi + iw) * g.C + c;
-                    } else {
-                        const int ow = ow0 + pix - RW;
-                        ok = oh >= oh_begin && ow < g.wo && c < g.C;
-                        src = dyn + ((int64_t)oh * g.wo + ow) * g.C + c;
-                    }
-                    cp_async16(dst + q, ok ? src : x, ok);
+                    const bool x_piece = q < RW * PARTS;
+                    const bool ok = col_ok[i] && (x_piece ? x_ok : dy_ok);
+                    cp_async16(dst + q, (x_piece ? xrow : dyrow) + off[i], ok);
                 }
             }
             cp_async_commit();  // empty past the end: the group count stays per step
@@ -445,12 +451,13 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
                 float gv[TW][VC];
 #pragma unroll
                 for (int j = 0; j < TW; ++j) dw_unpack<VC, T>(st[(RW + j) * 32], gv[j]);
+                // column outermost: consecutive products go to different sums
 #pragma unroll
-                for (int ky = 0; ky < KH; ++ky)
+                for (int j = 0; j < TW; ++j)
 #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx)
+                    for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-                        for (int j = 0; j < TW; ++j)
+                        for (int kx = 0; kx < KW; ++kx)
 #pragma unroll
                             for (int v = 0; v < VC; ++v)
                                 acc[ky][kx][v] = fmaf(gv[j][v], win[(s + 1 + ky) % KH][j + kx][v], acc[ky][kx][v]);
