@@ -285,16 +285,19 @@ def test_tiled_mma_conv_variants_expand_and_names_round_trip():
 
 def test_depthwise_conv_variants_expand_and_names_round_trip():
     """Depthwise kernels compiled per filter size: 2D fwd / bwd_data two tiles, 1D one,
-    bwd_weight one tile in 1D and 2D, bf16 and fp16; names parse back; no 3D."""
+    bwd_weight's row kernel in 1D and 2D and two sliding tiles in 2D, bf16 and fp16; names
+    parse back; no 3D; the sliding tiles (rows > 1) only in 2D bwd_weight."""
     configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "depthwise"]
-    assert len(configs) == (2 * 2 + 1 * 2 + 1 * 2) * 2
+    assert len(configs) == (2 * 2 + 1 * 2 + 1 * 2 + 2) * 2
     assert {c.ndim for c in configs} == {1, 2}
     names = {c.name for c in configs}
     assert "conv_fwd_nhwgc_bf16_3x4x4_dw_sm90a" in names
     assert "conv_bwdweight_nwgc_fp16_1x8x4_dw_sm90a" in names
+    assert {"conv_bwdweight_nhwgc_bf16_8x8x2_dw_sm90a", "conv_bwdweight_nhwgc_fp16_8x4x1_dw_sm90a"} <= names
     for c in configs:
         assert config_from_name(c.name) == c
-        assert c.direction is not Direction.BWD_WEIGHT or c.tile[0] == 1
+        if c.direction is Direction.BWD_WEIGHT and c.tile[0] > 1:
+            assert c.ndim == 2 and c.tile[2] in (1, 2)
 
 
 def sm90_conv_manifest_error(tmp_path, knobs, tile, direction="fwd", layout="NHWGC"):

@@ -258,6 +258,11 @@ def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
     for fil, tile in (((3, 3), "3x4x4"), ((7, 7), "4x4x4")):  # rows per thread by filter height
         p = td.ConvProblem(2, 32, 1, 1, (14, 14), fil, 1, 1, 1, "bwd_data", "bf16")
         assert d.select(p) == f"conv_bwddata_nhwgc_bf16_{tile}_dw_sm90a", d.select(p)
+    # bwd_weight: the sliding kernel, 8 columns x 2 channels for 3x3, 4 x 1 for larger filters;
+    # the row kernel where the channels are not a multiple of 8 (16-byte pieces)
+    for G, fil, tile in ((32, (3, 3), "8x8x2"), (32, (5, 5), "8x4x1"), (32, (7, 7), "8x4x1"), (12, (3, 3), "1x8x4")):
+        p = td.ConvProblem(2, G, 1, 1, (14, 14), fil, 1, 1, 1, "bwd_weight", "bf16")
+        assert d.select(p) == f"conv_bwdweight_nhwgc_bf16_{tile}_dw_sm90a", d.select(p)
     p = td.ConvProblem(2, 32, 1, 1, (14, 14), (3, 3), 2, 1, 1, "fwd", "bf16")  # stride 2: the direct kernel
     assert d.select(p).endswith("_direct_cpg1_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")
