@@ -46,8 +46,8 @@ def geometry(kernel):
     channel vectors; the generic kernel gets C != K."""
     if kernel.knobs.algorithm in ("im2col", "implicit"):  # dense, channels multiples of 8
         return 1, 16, 24
-    if kernel.knobs.algorithm == "depthwise":  # three channel vectors
-        return 3 * kernel.tile[2], 1, 1
+    if kernel.knobs.algorithm == "depthwise":  # three channel vectors (sliding: 16-byte pieces)
+        return (24 if is_sliding(kernel) else 3 * kernel.tile[2]), 1, 1
     cpg = kernel.knobs.channels_per_group
     if cpg == 0:
         return 3, 3, 5
@@ -189,6 +189,11 @@ DW_CASES = {  # per rank: (N, input, filter, padding)
 }
 
 
+def is_sliding(kernel) -> bool:
+    """The sliding depthwise bwd_weight (tile rows > 1): channels in multiples of 8."""
+    return kernel.knobs.algorithm == "depthwise" and kernel.direction is Direction.BWD_WEIGHT and kernel.tile[0] > 1
+
+
 def dw_takes(kernel, fil) -> bool:
     """Whether a depthwise variant compiles this filter size: the sliding bwd_weight (rows > 1)
     only where its sums and input window fit the registers (dw_slide_fits in
@@ -211,8 +216,11 @@ def test_depthwise_kernels_on_many_shapes_and_filters(kernel, gen):
     d = td.Dispatcher("conv", GPU)
     inp, fil = DW_CASES[kernel.ndim][0][1:3]
     for why, G, st, f in (("stride 2", 16, tuple(2 for _ in one), fil), ("2 channels per thread short", 14, one, fil),
-                          ("a 2x2 / 2-wide filter", 16, one, tuple(2 for _ in one))):
+                          ("a 2x2 / 2-wide filter", 16, one, tuple(2 for _ in one)),
+                          ("channels not a multiple of 8 (sliding)", 12, one, fil)):
         if why.startswith("2 channels") and kernel.tile[2] <= 2:
+            continue
+        if why.startswith("channels not") and not is_sliding(kernel):
             continue
         p = td.ConvProblem(2, G, 1, 1, inp, f, st, one, one, kernel.direction, kernel.dtype)
         assert d.is_supported(p, kernel=kernel.name) is False, why
