@@ -102,8 +102,11 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     p.chunks = chans / p.bc;
     p.pixel_tiles = (int64_t)g.N * g.out[0] * p.tiles_h * p.tiles_w;
     // tiles per block: fwd / bwd_data about 6 blocks per SM's worth of blocks (each loads its
-    // weight image once); bwd_weight as many as keep 3 blocks per SM busy, no more than it
-    // takes to bring the fp32 partial rows under a quarter of the bytes the kernel reads
+    // weight image once); bwd_weight one wave: as many tiles as let every block be resident
+    // at once (blocks per SM by registers, 75 at 4 taps a warp, and shared memory), so each
+    // block's tables and partial-row stores serve many tiles (H200, ResNeXt-101: 1792 blocks
+    // of 2 tiles spent 42 M instructions for 1.8 M MMAs), and at least as many as bring the
+    // fp32 partial rows under a quarter of the bytes the kernel reads
     const int64_t lanes = (int64_t)p.chunks * p.tap_groups;
     const int64_t fill = std::max<int64_t>(1, p.pixel_tiles * lanes / (3LL * sms));
     int64_t band = 1;
@@ -112,7 +115,10 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         const int64_t read = 2LL * g.N * ((int64_t)g.in[0] * g.in[1] * g.in[2] + (int64_t)g.out[0] * g.out[1] * g.out[2]) * chans;
         const int64_t rows_ok = std::max<int64_t>(1, read / 4 / (elems * 4));
         const int64_t need = (p.pixel_tiles + rows_ok - 1) / rows_ok;
-        band = std::max<int64_t>(1, std::min(fill, need));
+        const int by_regs = p.maxt <= 4 ? 3 : p.maxt <= 8 ? 2 : 1;
+        const int per_sm = std::max(1, std::min<int>(by_regs, (int)((227u << 10) / (p.smem + 1024))));
+        const int64_t bands_most = std::max<int64_t>(1, (int64_t)per_sm * sms / lanes);
+        band = std::max((p.pixel_tiles + bands_most - 1) / bands_most, need);
     } else {
         band = std::max<int64_t>(1, std::min<int64_t>(fill / 2, 8));
     }
