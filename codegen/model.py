@@ -501,11 +501,12 @@ class CudaKnobs:
     def _depthwise_problems(self, dtype, direction, tile, layout) -> list[str]:
         """Depthwise kernels (bindings/cuda/conv_depthwise.cuh): tile = (output rows 1..4,
         output columns 1..8, 2, 4 or 8 channels per thread); 1D (rows 1) and 2D layouts.
-        bwd_weight: rows 1 walks rows one at a time; rows 2..16 (2D) is the sliding kernel,
-        which walks segments of at least that many rows with 1, 2 or 4 channels per thread."""
+        The sliding kernels (2D; 1, 2 or 4 channels per thread) walk segments of at least
+        `rows` output rows: bwd_weight from rows 2 (rows 1 walks rows one at a time), fwd
+        and bwd_data from rows 5 (rows 1..4: output rows per thread)."""
         out = []
         rows, cols, chans = tile
-        slide = direction is Direction.BWD_WEIGHT and rows > 1
+        slide = rows > 1 if direction is Direction.BWD_WEIGHT else rows > 4
         if dtype not in (DType.FP16, DType.BF16):
             out.append(f"depthwise convolution kernels take fp16 or bf16, not {dtype.key}")
         if layout is not None and layout.ndim == 3:
@@ -514,7 +515,8 @@ class CudaKnobs:
             out.append(f"a 1D depthwise kernel has one output row per thread, not {rows}")
         if slide:
             if rows > 16 or not 1 <= cols <= 8 or chans not in (1, 2, 4):
-                out.append(f"sliding depthwise bwd_weight tile must be [2..16 rows, 1..8 columns, 1|2|4 channels], "
+                most = "2..16" if direction is Direction.BWD_WEIGHT else "5..16"
+                out.append(f"sliding depthwise tile must be [{most} rows, 1..8 columns, 1|2|4 channels], "
                            f"not {list(tile)}")
         elif not 1 <= rows <= 4 or not 1 <= cols <= 8 or chans not in (2, 4, 8):
             out.append(f"depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels], not {list(tile)}")

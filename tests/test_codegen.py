@@ -314,9 +314,10 @@ def sm90_conv_manifest_error(tmp_path, knobs, tile, direction="fwd", layout="NHW
 @pytest.mark.parametrize("layout, direction, tile, why", [
     ("NDHWGC", "fwd", "[1, 8, 4]", "the depthwise kernels take 1D and 2D layouts"),
     ("NWGC", "fwd", "[2, 4, 4]", "a 1D depthwise kernel has one output row per thread, not 2"),
-    ("NHWGC", "bwd_weight", "[17, 4, 1]", "sliding depthwise bwd_weight tile must be [2..16 rows, 1..8 columns"),
+    ("NHWGC", "bwd_weight", "[17, 4, 1]", "sliding depthwise tile must be [2..16 rows, 1..8 columns"),
     ("NWGC", "bwd_weight", "[8, 4, 1]", "a 1D depthwise kernel has one output row per thread, not 8"),
-    ("NHWGC", "bwd_weight", "[8, 4, 8]", "sliding depthwise bwd_weight tile must be"),
+    ("NHWGC", "bwd_weight", "[8, 4, 8]", "sliding depthwise tile must be"),
+    ("NHWGC", "fwd", "[8, 4, 8]", "sliding depthwise tile must be [5..16 rows"),
     ("NHWGC", "bwd_weight", "[1, 4, 1]", "depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels]"),
 ])
 def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile, why):

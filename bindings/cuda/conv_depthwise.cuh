@@ -89,7 +89,9 @@ __device__ __forceinline__ void dw_row_raw(const T* xr, int C, int iw0, int wi, 
 
 template <int VC>
 __device__ __forceinline__ void dw_weights(const float* p, float (&v)[VC]) {
-    if constexpr (VC == 2) {
+    if constexpr (VC == 1) {
+        v[0] = __ldg(p);
+    } else if constexpr (VC == 2) {
         const float2 a = __ldg(reinterpret_cast<const float2*>(p));
         v[0] = a.x; v[1] = a.y;
     } else {
@@ -359,20 +361,60 @@ struct DwSlidePlan {
 constexpr int kDwSlideWarps = 4;
 constexpr int kDwSlideStages = 4;
 
-// Shared memory of a sliding block: the warps' rings and the in-order reduction.
-template <int KH, int KW, int TW, int VC>
+// Shared memory of a sliding block: the warps' rings (bwd_weight: input and dy pixels a
+// step) and bwd_weight's in-order reduction.
+template <bool Wgrad, int KH, int KW, int TW, int VC>
 constexpr int dw_slide_smem() {
-    return kDwSlideWarps * kDwSlideStages * (2 * TW + KW - 1) * 64 * VC + (kDwSlideWarps - 1) * KH * KW * VC * 32 * 4;
+    return Wgrad ? kDwSlideWarps * kDwSlideStages * (2 * TW + KW - 1) * 64 * VC + (kDwSlideWarps - 1) * KH * KW * VC * 32 * 4
+                 : kDwSlideWarps * kDwSlideStages * (TW + KW - 1) * 64 * VC;
 }
-// Filter sizes a sliding variant compiles: sums and window within 140 registers (7x7 takes
-// one channel per thread, 3x3 up to 2 x 8 columns) and static shared memory within 48 KB.
-template <int KH, int KW, int TW, int VC>
+// Filter sizes a sliding variant compiles: its sums, weights and window within 140 registers
+// (bwd_weight 7x7 takes one channel per thread, 3x3 up to 2 x 8 columns) and static shared
+// memory within 48 KB.
+template <bool Wgrad, int KH, int KW, int TW, int VC>
 constexpr bool dw_slide_fits() {
-    return VC * KH * KW + VC * KH * (TW + KW - 1) <= 140 && dw_slide_smem<KH, KW, TW, VC>() <= 48 * 1024;
+    const int values = Wgrad ? VC * KH * KW + VC * KH * (TW + KW - 1)                   // sums, input rows
+                             : VC * KH * TW + VC * KH * KW + VC * (TW + KW - 1);        // sums, weights, row
+    return values <= 140 && dw_slide_smem<Wgrad, KH, KW, TW, VC>() <= 48 * 1024;
 }
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait_newest() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// A warp's ring row step: NA pixels of row A from column colA, then NB pixels of row B from
+// column colB, each pixel the warp's 32 x VC channels in 16-byte pieces. Per lane: its
+// pieces' offsets from the rows' first pixels and whether their columns and channels are
+// inside, fixed for an item; then per step one copy per piece (zeros where outside).
+template <int NA, int NB, int VC>
+struct DwRingStep {
+    static constexpr int PARTS = 4 * VC;
+    static constexpr int PIECES = (NA + NB) * PARTS;
+    static constexpr int PER_LANE = (PIECES + 31) / 32;
+    int off[PER_LANE];
+    bool ok[PER_LANE];
+
+    __device__ __forceinline__ DwRingStep(int lane, int cw, int C, int colA, int widthA, int colB, int widthB) {
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            const int q = lane + 32 * i;
+            const int pix = q / PARTS, c = cw + q % PARTS * 8;
+            const int col = pix < NA ? colA + pix : colB + pix - NA;
+            ok[i] = q < PIECES && c < C && col >= 0 && col < (pix < NA ? widthA : widthB);
+            off[i] = ok[i] ? col * C + c : 0;
+        }
+    }
+
+    template <class T>
+    __device__ __forceinline__ void issue(uint4* dst, int lane, const T* rowA, bool okA, const T* rowB, bool okB) const {
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            const int q = lane + 32 * i;
+            if (q >= PIECES) break;
+            const bool a = q < NA * PARTS;
+            cp_async16(dst + q, (a ? rowA : rowB) + off[i], ok[i] && (a ? okA : okB));
+        }
+    }
+};
 
 template <class T, int KH, int KW, int TW, int VC>
 __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(DwGeometry g, DwSlidePlan pl, const T* __restrict__ x,
@@ -402,34 +444,13 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
         const int steps = oh_end - oh_begin + KH - 1;  // step r: input row r, dy row r - (KH - 1)
         const T* xn = x + n * g.hi * g.wi * g.C;
         const T* dyn = dy + n * g.ho * g.wo * g.C;
-        // this lane's 16-byte pieces of a row step: offsets from the row's first pixel and
-        // whether the column (and channel) is inside, fixed for the item
-        constexpr int PER_LANE = (PIX * PARTS + 31) / 32;
-        int off[PER_LANE];
-        bool col_ok[PER_LANE];
-#pragma unroll
-        for (int i = 0; i < PER_LANE; ++i) {
-            const int q = lane + 32 * i;
-            const int pix = q / PARTS, c = cw + q % PARTS * 8;
-            const int col = pix < RW ? iw0 + pix : ow0 + pix - RW;
-            col_ok[i] = q < PIX * PARTS && c < g.C && col >= 0 && col < (pix < RW ? g.wi : g.wo);
-            off[i] = col_ok[i] ? col * g.C + c : 0;
-        }
+        const DwRingStep<RW, TW, VC> pieces(lane, cw, g.C, iw0, g.wi, ow0, g.wo);
         auto issue = [&](int r) {
             if (r < steps) {
                 const int ih = oh_begin - g.ph + r, oh = oh_begin + r - (KH - 1);
                 const bool x_ok = ih >= 0 && ih < g.hi, dy_ok = oh >= oh_begin;
-                const T* xrow = xn + (int64_t)(x_ok ? ih : 0) * g.wi * g.C;
-                const T* dyrow = dyn + (int64_t)(dy_ok ? oh : 0) * g.wo * g.C;
-                uint4* dst = ring[warp][r % S];
-#pragma unroll
-                for (int i = 0; i < PER_LANE; ++i) {
-                    const int q = lane + 32 * i;
-                    if (q >= PIX * PARTS) break;
-                    const bool x_piece = q < RW * PARTS;
-                    const bool ok = col_ok[i] && (x_piece ? x_ok : dy_ok);
-                    cp_async16(dst + q, (x_piece ? xrow : dyrow) + off[i], ok);
-                }
+                pieces.issue(ring[warp][r % S], lane, xn + (int64_t)(x_ok ? ih : 0) * g.wi * g.C, x_ok,
+                             dyn + (int64_t)(dy_ok ? oh : 0) * g.wo * g.C, dy_ok);
             }
             cp_async_commit();  // empty past the end: the group count stays per step
         };
@@ -492,6 +513,106 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
             }
 }
 
+// Forward sliding (tile rows > 4, 2D; bwd_data runs it over dy with the filter flipped):
+// thread = (image, segment of at least TH output rows, TW output columns, VC channels),
+// weights in registers. It walks the input rows down: each row, converted once, adds into
+// the KH output rows that read it (KH rows of sums in registers, a ring indexed by output
+// row); the output row it completes is stored. Input rows arrive through the same per-warp
+// cp.async ring as bwd_weight's.
+template <class T, int KH, int KW, int TW, int VC>
+__global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_fwd_slide(DwGeometry g, DwSlidePlan pl, const T* __restrict__ x,
+                                                                         const float* __restrict__ wt, T* __restrict__ y) {
+    constexpr int RW = TW + KW - 1;
+    constexpr int S = kDwSlideStages;
+    using U = typename DwRaw<VC>::U;
+    __shared__ uint4 ring[kDwSlideWarps][S][RW * 4 * VC];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int cw = blockIdx.y * 32 * VC;  // the warp's first channel
+    const bool active = cw + lane * VC < g.C;
+    const int c0 = active ? cw + lane * VC : 0;
+    float w[KH][KW][VC];
+#pragma unroll
+    for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+        for (int kx = 0; kx < KW; ++kx) dw_weights<VC>(wt + (ky * KW + kx) * g.C + c0, w[ky][kx]);
+    const int64_t first = (int64_t)blockIdx.x * pl.per_block;
+    const int64_t last = first + pl.per_block < pl.items ? first + pl.per_block : pl.items;
+    for (int64_t it = first + warp; it < last; it += kDwSlideWarps) {
+        const int cb = (int)(it % pl.cbs);
+        const int64_t rest = it / pl.cbs;
+        const int seg = (int)(rest % pl.segs);
+        const int64_t n = rest / pl.segs;
+        const int ow0 = cb * TW, iw0 = ow0 - g.pw;
+        const int oh_begin = seg * pl.L, rows = min(oh_begin + pl.L, g.ho) - oh_begin;
+        const int steps = rows + KH - 1;  // step r: input row oh_begin - ph + r
+        const T* xn = x + n * g.hi * g.wi * g.C;
+        T* yn = y + (n * g.ho + oh_begin) * g.wo * g.C + c0;
+        const DwRingStep<RW, 0, VC> pieces(lane, cw, g.C, iw0, g.wi, 0, 0);
+        auto issue = [&](int r) {
+            if (r < steps) {
+                const int ih = oh_begin - g.ph + r;
+                const bool ok = ih >= 0 && ih < g.hi;
+                pieces.issue(ring[warp][r % S], lane, xn + (int64_t)(ok ? ih : 0) * g.wi * g.C, ok, xn, false);
+            }
+            cp_async_commit();
+        };
+#pragma unroll
+        for (int r = 0; r < S - 1; ++r) issue(r);
+        float acc[KH][TW][VC];  // slot o % KH: output row o of the segment
+        dw_zero(acc);
+        for (int r0 = 0; r0 < steps; r0 += KH) {
+#pragma unroll
+            for (int s = 0; s < KH; ++s) {
+                const int r = r0 + s;
+                if (r >= steps) break;
+                cp_async_wait_newest<S - 2>();
+                __syncwarp();
+                issue(r + S - 1);
+                const U* st = reinterpret_cast<const U*>(ring[warp][r % S]) + lane;
+                float row[RW][VC];
+#pragma unroll
+                for (int j = 0; j < RW; ++j) dw_unpack<VC, T>(st[j * 32], row[j]);
+                bool use[KH];  // output row r - ky is one of the segment's
+#pragma unroll
+                for (int ky = 0; ky < KH; ++ky) use[ky] = r - ky >= 0 && r - ky < rows;
+#pragma unroll
+                for (int kx = 0; kx < KW; ++kx)
+#pragma unroll
+                    for (int ky = 0; ky < KH; ++ky) {
+                        if (!use[ky]) continue;
+#pragma unroll
+                        for (int j = 0; j < TW; ++j)
+#pragma unroll
+                            for (int v = 0; v < VC; ++v)
+                                acc[(s - ky + KH) % KH][j][v] = fmaf(w[ky][kx][v], row[j + kx][v], acc[(s - ky + KH) % KH][j][v]);
+                    }
+                const int done = r - (KH - 1);  // its last input row was this one
+                if (done >= 0) {
+                    float (&o)[TW][VC] = acc[(s + 1) % KH];
+                    if (active) {
+#pragma unroll
+                        for (int j = 0; j < TW; ++j) {
+                            if (ow0 + j >= g.wo) break;
+                            T* dst = yn + ((int64_t)done * g.wo + ow0 + j) * g.C;
+                            if constexpr (VC == 1) {
+                                *dst = from_float<T>(o[j][0]);
+                            } else {
+                                dw_store<VC>(dst, o[j]);
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < TW; ++j)
+#pragma unroll
+                        for (int v = 0; v < VC; ++v) o[j][v] = 0.f;
+                }
+            }
+        }
+        cp_async_wait_all();
+        __syncwarp();  // the ring is free for the next item
+    }
+}
+
 // ---------------------------------------------------------------- host side
 // TH x TW x VC: the forward's output rows x columns x channels per thread; bwd_weight uses
 // TW (columns per step) and VC.
@@ -499,9 +620,11 @@ template <int DType, int Ndim, int Direction, int TH, int TW, int VC>
 struct Sm90DwConv {
     using T = typename ConvElement<DType>::T;
     // bwd_weight with tile rows > 1 (2D): the sliding kernel, segments of at least TH rows.
-    static constexpr bool kSlide = Direction == TD_CONV_BWD_WEIGHT && TH > 1;
+    // fwd / bwd_data with tile rows > 4 (2D): the sliding forward.
+    static constexpr bool kWgrad = Direction == TD_CONV_BWD_WEIGHT;
+    static constexpr bool kSlide = kWgrad ? TH > 1 : TH > 4;
     static_assert(VC == 2 || VC == 4 || VC == 8 || (kSlide && VC == 1), "2, 4 or 8 channels per thread (sliding: 1 too)");
-    static_assert(Ndim == 2 || !kSlide, "the sliding bwd_weight is 2D");
+    static_assert(Ndim == 2 || !kSlide, "the sliding kernels are 2D");
     static constexpr int kSmCount = 132;
 
     // Calls f(integral_constant<KH>, integral_constant<KW>) for a compiled filter size;
@@ -619,7 +742,7 @@ struct Sm90DwConv {
     // Whether this variant compiles the sliding kernel for a filter size (registers).
     static bool slide_fits(int fh, int fw) {
         bool fits = false;
-        with_filter(fh, fw, [&](auto kh, auto kw) { fits = dw_slide_fits<decltype(kh)::value, decltype(kw)::value, TW, VC>(); });
+        with_filter(fh, fw, [&](auto kh, auto kw) { fits = dw_slide_fits<kWgrad, decltype(kh)::value, decltype(kw)::value, TW, VC>(); });
         return fits;
     }
 
@@ -627,11 +750,14 @@ struct Sm90DwConv {
         DwSlidePlan pl{};
         pl.cbs = (d.wo + TW - 1) / TW;
         pl.groups = (d.C / VC + 31) / 32;
-        // blocks resident at once: registers (sums + window + dy + about 40 a thread: ptxas gives
-        // 7x7 at 4x1 166, 3x3 at 8x2 118) and shared memory
-        const int regs = std::min(255, VC * kh * kh + VC * kh * (TW + kh - 1) + TW * VC + 40);
-        const int smem = kDwSlideWarps * kDwSlideStages * (2 * TW + kh - 1) * 64 * VC +
-                         (kDwSlideWarps - 1) * kh * kh * VC * 32 * 4 + 1024;
+        // blocks resident at once: registers (bwd_weight: sums + window + dy + about 40 a
+        // thread, ptxas gives 7x7 at 4x1 166, 3x3 at 8x2 118; forward: sums + weights + row
+        // + 60: 7x7 at 4x1 147) and shared memory (the rings, bwd_weight's reduction)
+        const int row = VC * (TW + kh - 1);
+        const int regs = std::min(255, kWgrad ? VC * kh * kh + kh * row + TW * VC + 40 : VC * kh * (TW + kh) + row + 60);
+        const int smem = kWgrad ? kDwSlideWarps * kDwSlideStages * (2 * TW + kh - 1) * 64 * VC +
+                                      (kDwSlideWarps - 1) * kh * kh * VC * 32 * 4 + 1024
+                                : kDwSlideWarps * kDwSlideStages * (TW + kh - 1) * 64 * VC + 1024;
         const int per_sm = std::min({16, 65536 / (regs * 32 * kDwSlideWarps), (227 << 10) / smem});
         const int64_t resident = (int64_t)kSmCount * std::max(1, per_sm);
         const int64_t blocks_most = p.base.split_k > 0 ? p.base.split_k : std::max<int64_t>(1, resident / pl.groups);
@@ -689,7 +815,7 @@ struct Sm90DwConv {
                 const DwSlidePlan pl = slide_plan(p, d, (int)geo.fil[1]);
                 with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
                     constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
-                    if constexpr (dw_slide_fits<KH, KW, TW, VC>())
+                    if constexpr (dw_slide_fits<true, KH, KW, TW, VC>())
                         conv_dw_bwd_weight_slide<T, KH, KW, TW, VC>
                             <<<dim3(pl.blocks, pl.groups), 32 * kDwSlideWarps, 0, stream>>>(d, pl, x, dy, scratch);
                 });
@@ -711,11 +837,11 @@ struct Sm90DwConv {
                 return launch_status();
             }
         } else {
-            return run_forward(d, (int)geo.fil[1], (int)geo.fil[2], in, wei, out, scratch, stream);
+            return run_forward(p, d, (int)geo.fil[1], (int)geo.fil[2], in, wei, out, scratch, stream);
         }
     }
 
-    static int run_forward(const DwGeometry& d, int fil_h, int fil_w, const void* in, const void* wei, void* out, float* scratch,
+    static int run_forward(const TdConvProblem& p, const DwGeometry& d, int fil_h, int fil_w, const void* in, const void* wei, void* out, float* scratch,
                            cudaStream_t stream) {
         const bool flip = Direction == TD_CONV_BWD_DATA;
         const int taps = fil_h * fil_w;
@@ -724,12 +850,22 @@ struct Sm90DwConv {
         T* dst = static_cast<T*>(const_cast<void*>(flip ? in : out));
         dw_pack_weights<T><<<(unsigned)((d.C * taps + 255) / 256), 256, 0, stream>>>(
             d.C, taps, flip, static_cast<const T*>(wei), scratch);
-        const int64_t threads = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * (d.C / VC);
-        const unsigned grid = (unsigned)((threads + kDwThreads - 1) / kDwThreads);
-        with_filter(fil_h, fil_w, [&](auto kh, auto kw) {
-            constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
-            conv_dw_fwd<T, KH, KW, (KH == 1 ? 1 : TH), TW, VC><<<grid, kDwThreads, 0, stream>>>(d, src, scratch, dst);
-        });
+        if constexpr (kSlide) {
+            const DwSlidePlan pl = slide_plan(p, d, fil_h);
+            with_filter(fil_h, fil_w, [&](auto kh, auto kw) {
+                constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
+                if constexpr (dw_slide_fits<false, KH, KW, TW, VC>())
+                    conv_dw_fwd_slide<T, KH, KW, TW, VC>
+                        <<<dim3(pl.blocks, pl.groups), 32 * kDwSlideWarps, 0, stream>>>(d, pl, src, scratch, dst);
+            });
+        } else {
+            const int64_t threads = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * (d.C / VC);
+            const unsigned grid = (unsigned)((threads + kDwThreads - 1) / kDwThreads);
+            with_filter(fil_h, fil_w, [&](auto kh, auto kw) {
+                constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
+                conv_dw_fwd<T, KH, KW, (KH == 1 ? 1 : TH), TW, VC><<<grid, kDwThreads, 0, stream>>>(d, src, scratch, dst);
+            });
+        }
         return launch_status();
     }
 
