@@ -190,19 +190,27 @@ DW_CASES = {  # per rank: (N, input, filter, padding)
 
 
 def is_sliding(kernel) -> bool:
-    """The sliding depthwise bwd_weight (tile rows > 1): channels in multiples of 8."""
-    return kernel.knobs.algorithm == "depthwise" and kernel.direction is Direction.BWD_WEIGHT and kernel.tile[0] > 1
+    """The sliding depthwise kernels (bwd_weight tile rows > 1, fwd / bwd_data rows > 4):
+    channels in multiples of 8."""
+    if kernel.knobs.algorithm != "depthwise":
+        return False
+    return kernel.tile[0] > (1 if kernel.direction is Direction.BWD_WEIGHT else 4)
 
 
 def dw_takes(kernel, fil) -> bool:
-    """Whether a depthwise variant compiles this filter size: the sliding bwd_weight (rows > 1)
-    only where its sums and input window fit the registers (dw_slide_fits in
-    conv_depthwise.cuh)."""
-    rows, cols, chans = kernel.tile
-    if kernel.direction is not Direction.BWD_WEIGHT or rows == 1:
+    """Whether a depthwise variant compiles this filter size: the sliding kernels only where
+    their sums, weights and input rows fit the registers and their rings 48 KB of shared
+    memory (dw_slide_fits in conv_depthwise.cuh)."""
+    if not is_sliding(kernel):
         return True
+    _, tw, vc = kernel.tile
     kh, kw = fil
-    return chans * kh * kw + chans * kh * (cols + kw - 1) <= 140
+    rw = tw + kw - 1
+    if kernel.direction is Direction.BWD_WEIGHT:
+        values, smem = vc * kh * kw + vc * kh * rw, 4 * 4 * (rw + tw) * 64 * vc + 3 * kh * kw * vc * 32 * 4
+    else:
+        values, smem = vc * kh * tw + vc * kh * kw + vc * rw, 4 * 4 * rw * 64 * vc
+    return values <= 140 and smem <= 48 * 1024
 
 
 @pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "depthwise"], ids=lambda k: k.name)
