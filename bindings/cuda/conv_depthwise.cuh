@@ -361,6 +361,20 @@ struct DwSlidePlan {
 constexpr int kDwSlideWarps = 4;
 constexpr int kDwSlideStages = 4;
 
+// A sliding item: image n, output columns from ow0, output rows [oh_begin, oh_begin + rows).
+struct DwSlideItem {
+    int64_t n;
+    int ow0, oh_begin, rows;
+
+    __device__ __forceinline__ DwSlideItem(int64_t it, const DwSlidePlan& pl, int tw, int ho) {
+        const int64_t rest = it / pl.cbs;
+        ow0 = (int)(it % pl.cbs) * tw;
+        oh_begin = (int)(rest % pl.segs) * pl.L;
+        rows = min(oh_begin + pl.L, ho) - oh_begin;
+        n = rest / pl.segs;
+    }
+};
+
 // Shared memory of a sliding block: the warps' rings (bwd_weight: input and dy pixels a
 // step) and bwd_weight's in-order reduction.
 template <bool Wgrad, int KH, int KW, int TW, int VC>
@@ -435,13 +449,10 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
     const int64_t first = (int64_t)blockIdx.x * pl.per_block;
     const int64_t last = first + pl.per_block < pl.items ? first + pl.per_block : pl.items;
     for (int64_t it = first + warp; it < last; it += kDwSlideWarps) {
-        const int cb = (int)(it % pl.cbs);
-        const int64_t rest = it / pl.cbs;
-        const int seg = (int)(rest % pl.segs);
-        const int64_t n = rest / pl.segs;
-        const int ow0 = cb * TW, iw0 = ow0 - g.pw;
-        const int oh_begin = seg * pl.L, oh_end = min(oh_begin + pl.L, g.ho);
-        const int steps = oh_end - oh_begin + KH - 1;  // step r: input row r, dy row r - (KH - 1)
+        const DwSlideItem item(it, pl, TW, g.ho);
+        const int64_t n = item.n;
+        const int ow0 = item.ow0, iw0 = ow0 - g.pw, oh_begin = item.oh_begin;
+        const int steps = item.rows + KH - 1;  // step r: input row r, dy row r - (KH - 1)
         const T* xn = x + n * g.hi * g.wi * g.C;
         const T* dyn = dy + n * g.ho * g.wo * g.C;
         const DwRingStep<RW, TW, VC> pieces(lane, cw, g.C, iw0, g.wi, ow0, g.wo);
@@ -538,12 +549,9 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_fwd_slide(DwGeomet
     const int64_t first = (int64_t)blockIdx.x * pl.per_block;
     const int64_t last = first + pl.per_block < pl.items ? first + pl.per_block : pl.items;
     for (int64_t it = first + warp; it < last; it += kDwSlideWarps) {
-        const int cb = (int)(it % pl.cbs);
-        const int64_t rest = it / pl.cbs;
-        const int seg = (int)(rest % pl.segs);
-        const int64_t n = rest / pl.segs;
-        const int ow0 = cb * TW, iw0 = ow0 - g.pw;
-        const int oh_begin = seg * pl.L, rows = min(oh_begin + pl.L, g.ho) - oh_begin;
+        const DwSlideItem item(it, pl, TW, g.ho);
+        const int64_t n = item.n;
+        const int ow0 = item.ow0, iw0 = ow0 - g.pw, oh_begin = item.oh_begin, rows = item.rows;
         const int steps = rows + KH - 1;  // step r: input row oh_begin - ph + r
         const T* xn = x + n * g.hi * g.wi * g.C;
         T* yn = y + (n * g.ho + oh_begin) * g.wo * g.C + c0;
