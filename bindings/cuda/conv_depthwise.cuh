@@ -21,6 +21,9 @@
 //              the row groups share their loads through L1), adds them in shared memory in
 //              order and writes one fp32 partial row; conv_bwd_weight_reduce adds the rows in
 //              a fixed order (deterministic).
+//   sliding    (2D; bwd_weight tile rows > 1, fwd / bwd_data rows > 4) a thread walks down a
+//              segment of output rows, its input rows arriving through a per-warp cp.async
+//              ring; see conv_dw_bwd_weight_slide and conv_dw_fwd_slide below.
 #pragma once
 
 #include <type_traits>
@@ -377,10 +380,9 @@ struct DwSlideItem {
 
 // Shared memory of a sliding block: the warps' rings (bwd_weight: input and dy pixels a
 // step) and bwd_weight's in-order reduction.
-template <bool Wgrad, int KH, int KW, int TW, int VC>
-constexpr int dw_slide_smem() {
-    return Wgrad ? kDwSlideWarps * kDwSlideStages * (2 * TW + KW - 1) * 64 * VC + (kDwSlideWarps - 1) * KH * KW * VC * 32 * 4
-                 : kDwSlideWarps * kDwSlideStages * (TW + KW - 1) * 64 * VC;
+constexpr int dw_slide_smem(bool wgrad, int kh, int kw, int tw, int vc) {
+    return wgrad ? kDwSlideWarps * kDwSlideStages * (2 * tw + kw - 1) * 64 * vc + (kDwSlideWarps - 1) * kh * kw * vc * 32 * 4
+                 : kDwSlideWarps * kDwSlideStages * (tw + kw - 1) * 64 * vc;
 }
 // Filter sizes a sliding variant compiles: its sums, weights and window within 140 registers
 // (bwd_weight 7x7 takes one channel per thread, 3x3 up to 2 x 8 columns) and static shared
@@ -389,7 +391,7 @@ template <bool Wgrad, int KH, int KW, int TW, int VC>
 constexpr bool dw_slide_fits() {
     const int values = Wgrad ? VC * KH * KW + VC * KH * (TW + KW - 1)                   // sums, input rows
                              : VC * KH * TW + VC * KH * KW + VC * (TW + KW - 1);        // sums, weights, row
-    return values <= 140 && dw_slide_smem<Wgrad, KH, KW, TW, VC>() <= 48 * 1024;
+    return values <= 140 && dw_slide_smem(Wgrad, KH, KW, TW, VC) <= 48 * 1024;
 }
 
 template <int N>
@@ -622,8 +624,9 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_fwd_slide(DwGeomet
 }
 
 // ---------------------------------------------------------------- host side
-// TH x TW x VC: the forward's output rows x columns x channels per thread; bwd_weight uses
-// TW (columns per step) and VC.
+// TH x TW x VC: the forward's output rows x columns x channels per thread; the row
+// bwd_weight (TH 1) uses TW (columns per step) and VC; the sliding kernels take TH as the
+// fewest output rows a segment has.
 template <int DType, int Ndim, int Direction, int TH, int TW, int VC>
 struct Sm90DwConv {
     using T = typename ConvElement<DType>::T;
@@ -763,9 +766,7 @@ struct Sm90DwConv {
         // + 60: 7x7 at 4x1 147) and shared memory (the rings, bwd_weight's reduction)
         const int row = VC * (TW + kh - 1);
         const int regs = std::min(255, kWgrad ? VC * kh * kh + kh * row + TW * VC + 40 : VC * kh * (TW + kh) + row + 60);
-        const int smem = kWgrad ? kDwSlideWarps * kDwSlideStages * (2 * TW + kh - 1) * 64 * VC +
-                                      (kDwSlideWarps - 1) * kh * kh * VC * 32 * 4 + 1024
-                                : kDwSlideWarps * kDwSlideStages * (TW + kh - 1) * 64 * VC + 1024;
+        const int smem = dw_slide_smem(kWgrad, kh, kh, TW, VC) + 1024;  // + the driver's reserve
         const int per_sm = std::min({16, 65536 / (regs * 32 * kDwSlideWarps), (227 << 10) / smem});
         const int64_t resident = (int64_t)kSmCount * std::max(1, per_sm);
         const int64_t blocks_most = p.base.split_k > 0 ? p.base.split_k : std::max<int64_t>(1, resident / pl.groups);
