@@ -6,12 +6,18 @@ For each problem and direction: microseconds of the dispatcher's pick and of cuD
 input + weight + output over the copy bandwidth), and the ratios.
 
     python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME] [--pick-only] [--every]
+                          [--dirs fwd,bwd_data,bwd_weight] [--split-k 1,2,3,4]
+
+--split-k also times each batch-split kernel (implicit ..._s<max>) at each listed slice
+count (the problem's split_k), beside its own run-time choice.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import re
 import statistics
 import sys
 
@@ -58,7 +64,7 @@ def timed(fn, flush):
     return start.elapsed_time(stop) * 1e3  # us
 
 
-def bench_problem(prob, direction, reps, flush, d, target, others=True):
+def bench_problem(prob, direction, reps, flush, d, target, others=True, split_ks=()):
     name, N, G, C, K, inp, fil, st, pad, kind = prob
     nd = len(inp)
     out = tuple((i + 2 * pad - (f - 1) - 1) // st + 1 for i, f in zip(inp, fil))
@@ -73,8 +79,8 @@ def bench_problem(prob, direction, reps, flush, d, target, others=True):
     res = torch.empty_like({"fwd": dy, "bwd_data": x, "bwd_weight": w}[direction])
     ptrs = {"fwd": (x, w, res), "bwd_data": (res, w, dy), "bwd_weight": (x, res, dy)}[direction]
 
-    def ours_for(kname):
-        return lambda: d.run(problem, *(t.data_ptr() for t in ptrs), kernel=kname, stream=stream, timed=False)
+    def ours_for(kname, prob_=problem):
+        return lambda: d.run(prob_, *(t.data_ptr() for t in ptrs), kernel=kname, stream=stream, timed=False)
 
     if direction == "fwd":
         ours = lambda: d.run(problem, x.data_ptr(), w.data_ptr(), res.data_ptr(), kernel=kernel,  # noqa: E731
@@ -100,6 +106,13 @@ def bench_problem(prob, direction, reps, flush, d, target, others=True):
         if d.is_supported(problem, kernel=k.name):
             candidates[k.name] = ours_for(k.name)
             candidates[k.name]()
+        if re.search(r"_implicit_c\d+x\d+_s\d+", k.name):
+            for v in split_ks:
+                forced = dataclasses.replace(problem, split_k=v)
+                if d.is_supported(forced, kernel=k.name):
+                    label = f"{k.name} split_k={v}"
+                    candidates[label] = ours_for(k.name, forced)
+                    candidates[label]()
     ours()
     theirs()
     torch.cuda.synchronize()
@@ -138,7 +151,10 @@ def main(argv=None):
     ap.add_argument("--pick-only", action="store_true",
                     help="time the dispatcher's pick only, not every compiled kernel that takes the problem "
                          "(bench/conv_profile.sh: one launch per direction to profile)")
+    ap.add_argument("--dirs", default=",".join(DIRECTIONS), help="comma-separated directions (default: all three)")
+    ap.add_argument("--split-k", default="", help="comma-separated slice counts to time each batch-split kernel at")
     args = ap.parse_args(argv)
+    split_ks = [int(v) for v in args.split_k.split(",") if v.strip()]
     torch.backends.cudnn.benchmark = True
     target = next((t for t in device_targets() if t in td.registry().targets), None)
     if target is None:
@@ -152,9 +168,9 @@ def main(argv=None):
     for prob in PROBLEMS:
         if only and prob[0] not in only:
             continue
-        for direction in DIRECTIONS:
+        for direction in [v for v in args.dirs.split(",") if v]:
             try:
-                r = bench_problem(prob, direction, args.reps, flush, d, target, not args.pick_only)
+                r = bench_problem(prob, direction, args.reps, flush, d, target, not args.pick_only, split_ks)
             except Exception as err:  # a failing problem is reported, the rest still run
                 print(f"{prob[0]:20s} {direction:10s} FAILED: {err}", flush=True)
                 rows.append({"problem": prob[0], "direction": direction, "error": str(err)})

@@ -64,10 +64,8 @@ double direct_cost(const KernelInfo& k, const ConvGeometry& g, int direction, in
 //             512->2048), though not backward (49 vs 35 us bwd_data);
 //  [0.1, 0.2) the implicit kernels; forward and bwd_data by the GEMM wave model, each extra
 //             tile along GEMM N (the weights' side) costing 2% (64x256 beat 128x128 at 3x3
-//             256->256: 49.6 vs 52.7 us); bwd_weight (a short M x N, a long K) by the
-//             largest tile that still gives 45% of the SMs a tile, else the most tiles
-//             (3x3 256: 64x64 114 us over 128x128 120; 1x1 512->2048: 128x128 38 over 42);
-//             a batch split multiplies a kernel's tiles (3x3 256: split 2 83 us);
+//             256->256: 49.6 vs 52.7 us); bwd_weight (a short M x N, a long K) by a
+//             one-wave model (below);
 //  [0.2, 0.3) im2col elsewhere (2-3x behind: the buffer's write and read).
 double cutlass_conv_cost(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& k, int workers) {
     const GemmShape s = gemm_shape(g, p.base.direction);
@@ -80,14 +78,20 @@ double cutlass_conv_cost(const TdConvProblem& p, const ConvGeometry& g, const Ke
         return band(plain_gemm && p.base.direction == TD_CONV_FWD ? 0.0 : 0.2, x);
     }
     if (p.base.direction == TD_CONV_BWD_WEIGHT) {
-        // a batch split (reduction > 1) multiplies the tiles; among kernels that fill, each
-        // step of split costs a little (its fp32 partials and concurrent launches). Measured:
-        // 3x3 256 split 2 83 us over unsplit 115 (picked); 1x1 512->2048 unsplit 38.5 us
-        // (picked, and the fastest there)
-        const int split = k.reduction > 1 ? k.reduction : 1;
-        const double tiles = (double)s.batch * (double)((s.m + k.tile_m - 1) / k.tile_m) * (double)tiles_n * split;
-        const double area = (double)k.tile_m * k.tile_n;
-        return band(0.1, tiles >= 0.45 * workers ? 16384.0 / area + 0.1 * (split - 1) : 100.0 + 1e4 / tiles);
+        // one CTA per SM: fill = the CTAs (times the batch slices) over the SM slots of the
+        // waves they take; a tile's speed from its size. H200, 1x1 512->2048 (bench/RESULTS.md):
+        // 128x128 36 us on 64 SMs, 64x128 26.2 and 128x64 32.5 on 128, 64x64 40.5 in two
+        // waves: speeds 1, 0.69, 0.55, 0.44 ~ (area / 128^2)^0.55, x 0.8 where tile N < tile M.
+        // Each slice beyond the first costs 0.1 (its fp32 partial, the reduce): 3x3 256->256
+        // 128x128 in 3 slices 65.5 us against 119 unsplit. A split variant at one slice
+        // ranks just behind the unsplit kernel of its tile.
+        const int split = implicit_wgrad_slices(g, k.tile_m, k.tile_n, k.micro_m, k.micro_n, k.reduction,
+                                                p.base.split_k, workers);
+        const int64_t ctas = implicit_wgrad_ctas(g, k.tile_m, k.tile_n, k.micro_m, k.micro_n) * split;
+        const int64_t waves = (ctas + workers - 1) / workers;
+        const double fill = (double)ctas / (double)(waves * workers);
+        const double speed = std::pow((double)k.tile_m * k.tile_n / 16384.0, 0.55) * (k.tile_n < k.tile_m ? 0.8 : 1.0);
+        return band(0.1, 1.0 / (fill * speed) + 0.1 * (split - 1) + (k.reduction > 1 ? 0.01 : 0.0));
     }
     const double x = predicted_cost(k, s, false, workers, workers) * 1e-9 * (1.0 + 0.02 * (double)(tiles_n - 1));
     return band(0.1, x);

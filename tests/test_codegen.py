@@ -329,9 +329,9 @@ def test_implicit_conv_variants_expand_and_names_round_trip():
     """CUTLASS sm90 implicit-GEMM convolution in the default manifest: every direction and
     rank, two tiles each, bf16 and fp16, names parsed back to the same config."""
     configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "implicit"]
-    assert len(configs) == 3 * 3 * 2 * 2 + 3 * 2  # + bwd_weight split 2
+    assert len(configs) == 3 * 3 * 2 * 2 + 3 * 2  # + bwd_weight split (up to 4)
     names = {c.name for c in configs}
-    assert "conv_bwdweight_ndhwgc_fp16_64x64x64_implicit_c1x1_sm90a" in names
+    assert "conv_bwdweight_ndhwgc_fp16_64x128x64_implicit_c1x1_sm90a" in names
     assert "conv_fwd_nhwgc_bf16_64x256x64_implicit_c1x1_sm90a" in names
     for c in configs:
         assert config_from_name(c.name) == c
@@ -348,18 +348,19 @@ def test_opt_in_conv_manifests_expand(path):
 
 
 def test_wgrad_split_manifest_expands_and_names_round_trip():
-    """The batch-split bwd_weight variants: split 2 and 4 in the opt-in sweep, split 2 in the
-    default manifest (bwd_weight only), in the name and the knobs, parsed back."""
+    """The batch-split bwd_weight variants: split up to 4 at every cluster in the opt-in
+    sweep, split up to 4 in the default manifest (bwd_weight only), in the name and the knobs,
+    parsed back."""
     configs = expand(load_manifest(ROOT / "bench/sweeps/sm90_conv_wgrad_split.yaml"), ["sm_90a"]).configs
     split = [c for c in configs if c.knobs.split > 1]
-    assert len(split) == 3 * 2 * 2 and {c.knobs.split for c in split} == {2, 4}
+    assert len(split) == 4 and {c.knobs.split for c in split} == {4}
     names = {c.name for c in split}
-    assert "conv_bwdweight_nhwgc_bf16_128x128x64_implicit_c1x1_s4_sm90a" in names
+    assert "conv_bwdweight_nhwgc_bf16_128x128x64_implicit_c2x2_s4_sm90a" in names
     for c in configs:
         assert config_from_name(c.name) == c
     default = [c for c in sm90_default_configs() if hasattr(c.knobs, "split")]
     split = [c for c in default if c.knobs.split > 1]
-    assert len(split) == 3 * 2 and {c.knobs.split for c in split} == {2}
+    assert len(split) == 3 * 2 and {c.knobs.split for c in split} == {4}
     assert {c.direction.key for c in split} == {"bwd_weight"}
 
 

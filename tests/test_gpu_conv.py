@@ -67,15 +67,15 @@ def quantized(shape, dtype, gen):
     return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(TORCH[dtype])
 
 
-def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None):
+def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil, name=None, split_k=0):
     """Runs one case; False (nothing run) when the kernel does not take the problem."""
     nd = len(inp)
     dt = kernel.dtype
-    problem = td.ConvProblem(N, G, C, K, inp, fil, st, pad, dil, kernel.direction, dt)
+    problem = td.ConvProblem(N, G, C, K, inp, fil, st, pad, dil, kernel.direction, dt, split_k)
     if not td.Dispatcher("conv", GPU).is_supported(problem, kernel=kernel.name if name is None else name):
         return False
     kwargs = dict(stride=st, padding=pad, dilation=dil, groups=G, direction=kernel.direction.key,
-                  kernel=kernel.name if name is None else name)
+                  kernel=kernel.name if name is None else name, split_k=split_k)
     out_size = tuple((i + 2 * p - d * (f - 1) - 1) // s + 1 for i, f, s, p, d in zip(inp, fil, st, pad, dil))
     x = quantized((N, *inp, G * C), dt, gen)
     w = quantized((G * K, *fil, C), dt, gen)
@@ -252,15 +252,21 @@ def split_of(kernel) -> int:
 @pytest.mark.parametrize("kernel", [k for k in kernels() if split_of(k) > 1], ids=lambda k: k.name)
 def test_batch_split_bwd_weight_matches_float64(kernel, gen):
     """bwd_weight over batch slices (concurrent CUTLASS wgrads with fp32 partials, one
-    reduce): as many images as slices, uneven slices, a longer batch; too few images refused."""
+    reduce), the slice count chosen at run time or forced by split_k: one slice (the plain
+    kernel), every count up to the kernel's maximum on uneven and even slices, a longer
+    batch; split_k above the maximum or above the batch refused."""
     split = split_of(kernel)
-    for N in (split, split + 3, 4 * split + 1):
+    for N in (1, split, split + 3, 4 * split + 1):
         for inp, fil, st, pad, dil in CASES[kernel.ndim]:
             assert run_case(kernel, gen, N, 1, 16, 24, inp, fil, st, pad, dil), (kernel.name, N, inp)
-    one = tuple(1 for _ in range(kernel.ndim))
-    few = td.ConvProblem(split - 1, 1, 16, 24, CASES[kernel.ndim][0][0], CASES[kernel.ndim][0][1], one, one, one,
-                         "bwd_weight", kernel.dtype)
-    assert td.Dispatcher("conv", GPU).is_supported(few, kernel=kernel.name) is False
+    inp, fil, st, pad, dil = CASES[kernel.ndim][0]
+    for s in range(1, split + 1):
+        for N in (s, s + 2):
+            assert run_case(kernel, gen, N, 1, 16, 24, inp, fil, st, pad, dil, split_k=s), (kernel.name, N, s)
+    d = td.Dispatcher("conv", GPU)
+    for N, s in ((split + 3, split + 1), (2, 3)):
+        p = td.ConvProblem(N, 1, 16, 24, inp, fil, st, pad, dil, "bwd_weight", kernel.dtype, s)
+        assert d.is_supported(p, kernel=kernel.name) is False, (N, s)
 
 
 def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
@@ -339,6 +345,20 @@ def test_dense_problems_go_to_the_gemm_path_and_grouped_ones_do_not():
         assert "_im2col_" in d.select(p) or "_implicit_" in d.select(p), d.select(p)
     p = td.ConvProblem(2, 1, 64, 128, (14, 14), (3, 3), 2, 1, 1, "bwd_data", "bf16")  # stride 2: not the GEMM path
     assert "_anycpg_" in d.select(p)
+
+
+def test_dense_bwd_weight_picks_by_fill_and_splits_the_batch_where_few_tiles(gen):
+    """The one-wave model (conv_abi.cpp) on the two bench problems: 1x1 512->2048 fills the
+    SMs with 64x128 tiles unsplit; 3x3 256->256 has 36 tiles of 128x128 and takes the
+    batch-split variant (3 slices on 132 SMs), whose result matches float64."""
+    d = td.Dispatcher("conv", GPU)
+    p = td.ConvProblem(32, 1, 512, 2048, (14, 14), (1, 1), 1, 0, 1, "bwd_weight", "bf16")
+    assert d.select(p) == "conv_bwdweight_nhwgc_bf16_64x128x64_implicit_c1x1_sm90a", d.select(p)
+    p = td.ConvProblem(32, 1, 256, 256, (28, 28), (3, 3), 1, 1, 1, "bwd_weight", "bf16")
+    name = d.select(p)
+    assert name == "conv_bwdweight_nhwgc_bf16_128x128x64_implicit_c1x1_s4_sm90a", name
+    kernel = next(k for k in kernels() if k.name == name)
+    assert run_case(kernel, gen, 32, 1, 256, 256, (28, 28), (3, 3), (1, 1), (1, 1), (1, 1))
 
 
 def test_fp32_conv_on_the_gpu_is_minus_2():

@@ -389,6 +389,13 @@ def test_td_conv_rejects_bad_groups():
         td.conv(x, w, groups=4)
 
 
+def test_td_conv_rejects_a_negative_split_k():
+    x = np.zeros((1, 8, 8, 4), np.float32)
+    w = np.zeros((4, 3, 3, 4), np.float32)
+    with pytest.raises(td.InvalidArgumentError, match="split_k must not be negative, got -1"):
+        td.conv(x, w, split_k=-1)
+
+
 def test_configs_build_the_registered_names():
     config = td.GemmKernelConfig("fp32", "rcr", "standard", None, (48, 64, 128), td.CpuKnobs(6, 16), "cpu")
     assert config.name in {k.name for k in GEMM.kernels}

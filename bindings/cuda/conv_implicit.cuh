@@ -10,14 +10,17 @@
 //
 // Split > 1 (bwd_weight only): CUTLASS's sm90 conv kernel is non-persistent with no stream-K,
 // so a wgrad with few output tiles (3x3 256->256: 36 tiles of 128x128 for 132 SMs) leaves
-// the GPU idle. The batch is split into Split slices, each a CUTLASS wgrad with fp32 output
-// into its own partial on its own stream (fork/join with events off the caller's stream),
-// and the partials are added in a fixed order (deterministic). Correct on the H200; 3x3
-// 256->256 bwd_weight 115 -> 83 us with Split 2, which kernels.yaml carries.
+// the GPU idle. The batch is split into up to Split slices, chosen per problem at run time
+// (implicit_wgrad_slices: the caller's split_k, else the most slices that still run in one
+// wave), each a CUTLASS wgrad with fp32 output into its own partial on its own stream
+// (fork/join with events off the caller's stream); the partials are added in a fixed order
+// (deterministic). Correct on the H200; 3x3 256->256 bwd_weight 119 us unsplit, 65.5 us in
+// 3 slices.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -91,10 +94,11 @@ struct Sm90ImplicitConv {
     using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
     // CUTLASS's one sm90 conv schedule (its persistent ones are not supported for conv)
     using Schedule = cutlass::conv::KernelImplicitTmaWarpSpecializedSm90;
-    using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 
-    // The CUTLASS operator writing Out (Element; fp32 for the split's partials).
-    template <class Out>
+    // The CUTLASS operator writing Out with an epilogue schedule: TMA stores through shared
+    // memory for the result, none for the split's fp32 partials (an fp32 epilogue tile in
+    // shared memory took mainloop stages: 1x1 512->2048 59.4 us in one slice against 35.8).
+    template <class Out, class EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized>
     struct Build {
         using ElementOut = Out;
         static constexpr int kAlignOut = 16 / sizeof(Out);
@@ -114,7 +118,7 @@ struct Sm90ImplicitConv {
         using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
     };
     using Main = Build<Element>;
-    using Partial = Build<float>;  // instantiated only where Split > 1
+    using Partial = Build<float, cutlass::epilogue::NoSmemWarpSpecialized>;  // instantiated only where Split > 1
     using Conv = typename Main::Conv;
     using ProblemShape = typename Main::ProblemShape;
 
@@ -183,11 +187,15 @@ struct Sm90ImplicitConv {
         return bytes;
     }
 
-    // The split's slice j of the batch: images [N j / Split, N (j + 1) / Split).
-    static int64_t slice_begin(int64_t n, int j) { return n * j / Split; }
-    // The split's fp32 partials, one dw each.
-    static size_t partial_bytes(const ConvGeometry& g) {
-        return (size_t)((Split * g.K * g.taps() * g.C * (int64_t)sizeof(float) + 255) / 256 * 256);
+    // The batch slices this kernel runs the problem in (1: the plain kernel).
+    static int slices(const TdConvProblem& p, const ConvGeometry& g) {
+        return implicit_wgrad_slices(g, TM, TN, CM, CN, Split, p.base.split_k, device::multiprocessors());
+    }
+    // Slice j of s: images [N j / s, N (j + 1) / s).
+    static int64_t slice_begin(int64_t n, int j, int s) { return n * j / s; }
+    // The slices' fp32 partials, one dw each.
+    static size_t partial_bytes(const ConvGeometry& g, int s) {
+        return (size_t)((s * g.K * g.taps() * g.C * (int64_t)sizeof(float) + 255) / 256 * 256);
     }
 
     static int supports(const TdConvProblem& p, std::string* why) {
@@ -201,7 +209,13 @@ struct Sm90ImplicitConv {
             *why = "CUTLASS sm90 dgrad is used at stride 1 only (it is wrong at larger strides)";
             return TD_UNSUPPORTED;
         }
-        if (g.N < Split) { *why = "fewer images than the batch split"; return TD_UNSUPPORTED; }
+        const int s = slices(p, g);
+        if (Split > 1 && p.base.split_k > Split) {
+            *why = "split_k " + std::to_string(p.base.split_k) + " is above this kernel's batch split (" +
+                   std::to_string(Split) + ")";
+            return TD_UNSUPPORTED;
+        }
+        if (s > g.N) { *why = "split_k is above the number of images (a batch slice each)"; return TD_UNSUPPORTED; }
         const int64_t biggest = std::max({g.N * g.in_pixels() * g.C, g.N * g.out_pixels() * g.K, g.K * g.taps() * g.C});
         if (biggest > INT32_MAX) { *why = "a tensor has 2^31 elements or more"; return TD_UNSUPPORTED; }
         // can_implement looks at the shapes (TMA im2col limits, channel alignment), not at data
@@ -210,12 +224,7 @@ struct Sm90ImplicitConv {
             Conv conv;
             ok = conv.can_implement(arguments(g, placeholder(), placeholder(), placeholder())) == cutlass::Status::kSuccess;
         } else {
-            typename Partial::Conv conv;
-            ConvGeometry slice = g;
-            slice.N = slice_begin(g.N, 1);  // the smallest slice
-            ok = conv.can_implement(arguments<Partial>(slice, placeholder(), placeholder(), placeholder())) ==
-                     cutlass::Status::kSuccess &&
-                 Partial::Conv::get_workspace_size(arguments<Partial>(g, placeholder(), placeholder(), placeholder())) == 0;
+            ok = partial_can_implement(g, s);
         }
         if (!ok) {
             *why = "CUTLASS cannot implement this problem with this kernel";
@@ -224,10 +233,24 @@ struct Sm90ImplicitConv {
         return TD_OK;
     }
 
+    // The slices' CUTLASS wgrad (fp32 output) on the smallest slice; it must need no workspace.
+    static bool partial_can_implement(const ConvGeometry& g, int s) {
+        if constexpr (Split == 1) {
+            return false;
+        } else {
+            typename Partial::Conv conv;
+            ConvGeometry slice = g;
+            slice.N = slice_begin(g.N, 1, s);
+            return conv.can_implement(arguments<Partial>(slice, placeholder(), placeholder(), placeholder())) ==
+                       cutlass::Status::kSuccess &&
+                   Partial::Conv::get_workspace_size(arguments<Partial>(g, placeholder(), placeholder(), placeholder())) == 0;
+        }
+    }
+
     static size_t workspace_size(const TdConvProblem& p) {
         ConvGeometry g{};
         if (!conv_geometry(p, &g).empty()) return 0;
-        if constexpr (Split > 1) return partial_bytes(g);
+        if constexpr (Split > 1) return partial_bytes(g, slices(p, g));
         return Conv::get_workspace_size(arguments(g, placeholder(), placeholder(), placeholder()));
     }
 
@@ -239,7 +262,13 @@ struct Sm90ImplicitConv {
         ConvGeometry g{};
         conv_geometry(p, &g);
         const Operands o = operands(in, wei, out);
-        if constexpr (Split > 1) return run_split(g, o, ws, ws_bytes, stream_ptr);
+        const int s = slices(p, g);
+        if (s > Split || s > g.N) return fail(TD_REJECTED, "more batch slices than this kernel or the batch allows");
+        // A variant with a batch split runs its fp32 Partial kernel even for one slice. Its
+        // Main kernel is the same CUDA kernel as the unsplit variant of its tile; when both
+        // sources launched that kernel, the unsplit variant's launch failed on the H200
+        // (cudaErrorInvalidValue from cudaLaunchKernel, compute-sanitizer).
+        if constexpr (Split > 1) return run_split(g, s, o, ws, ws_bytes, stream_ptr);
         const auto args = arguments(g, o.a, o.b, o.d);
         const size_t need = Conv::get_workspace_size(args);
         void* base = nullptr;
@@ -248,14 +277,14 @@ struct Sm90ImplicitConv {
         return cutlass_start(conv, args, need ? base : nullptr, stream);
     }
 
-    // bwd_weight over Split batch slices: A = dy and B = x of images [n0, n1), D = an fp32
+    // bwd_weight over s batch slices: A = dy and B = x of images [n0, n1), D = an fp32
     // partial dw; the slices run concurrently on the fork/join streams, then one reduce on
     // the caller's stream adds the partials in slice order into dw.
-    static int run_split(const ConvGeometry& g, const Operands& o, void* ws, size_t ws_bytes, void* stream_ptr) {
+    static int run_split(const ConvGeometry& g, int s, const Operands& o, void* ws, size_t ws_bytes, void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
         const int64_t elems = g.K * g.taps() * g.C;
         float* partial = nullptr;
-        if (int st = take_workspace(partial_bytes(g), ws, ws_bytes,
+        if (int st = take_workspace(partial_bytes(g, s), ws, ws_bytes,
                                     stream_ptr, reinterpret_cast<void**>(&partial)))
             return st;
         ForkJoin* fj = nullptr;
@@ -265,14 +294,14 @@ struct Sm90ImplicitConv {
         const auto* dy = static_cast<const Element*>(o.a);
         const auto* x = static_cast<const Element*>(o.b);
         int status = TD_OK;
-        for (int j = 0; j < Split; ++j) {
+        for (int j = 0; j < s; ++j) {
             // every started slice is joined back, even after a failure, so the streams stay ordered
             const cudaStream_t side = fj->side[j];
             if (cudaStreamWaitEvent(side, fj->fork, 0) != cudaSuccess) {
                 status = fail(TD_ERROR, std::string("cudaStreamWaitEvent: ") + cudaGetErrorString(cudaGetLastError()));
                 break;
             }
-            const int64_t n0 = slice_begin(g.N, j), n1 = slice_begin(g.N, j + 1);
+            const int64_t n0 = slice_begin(g.N, j, s), n1 = slice_begin(g.N, j + 1, s);
             ConvGeometry slice = g;
             slice.N = n1 - n0;
             typename Partial::Conv conv;
@@ -289,7 +318,7 @@ struct Sm90ImplicitConv {
         if (status != TD_OK) return status;
         using T = typename ConvElement<DType>::T;
         conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
-            partial, static_cast<T*>(o.d), elems, Split);
+            partial, static_cast<T*>(o.d), elems, s);
         return launch_status();
     }
 

@@ -45,6 +45,7 @@ struct TcPlan {
     int in_bytes, out_bytes, w_bytes, table_bytes;
     int tap_groups, group_taps;   // bwd_weight: taps split over blocks, taps per block
     int maxt;                     // bwd_weight: taps per warp (accumulators held in registers)
+    int stages;                   // bwd_weight: tile buffers (2: the next tile's copy under this one's MMAs)
     int64_t pixel_tiles;          // output tiles in all
     int band, bands;              // tiles one block walks; bands = blocks along the pixels
     int64_t blocks;               // chunks x tap groups x bands
@@ -116,6 +117,14 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         const int64_t rows_ok = std::max<int64_t>(1, read / 4 / (elems * 4));
         const int64_t need = (p.pixel_tiles + rows_ok - 1) / rows_ok;
         const int by_regs = p.maxt <= 4 ? 3 : p.maxt <= 8 ? 2 : 1;
+        // two tile buffers where that costs no resident block. H200 (bench/RESULTS.md): at the
+        // same blocks per SM they gained (128-pixel tiles: ResNeXt-101 109.7 -> 100.6 us, 3D
+        // 136.8 -> 128.8); trading 3 blocks for 2 lost (ResNeXt-101, 256 pixels: 92.1 -> 95.2)
+        const size_t two = p.smem + (size_t)p.in_bytes + p.out_bytes;
+        const int per_sm_one = std::min<int>(by_regs, (int)((227u << 10) / (p.smem + 1024)));
+        const int per_sm_two = std::min<int>(by_regs, (int)((227u << 10) / (two + 1024)));
+        p.stages = two <= 112 * 1024 && per_sm_two >= per_sm_one ? 2 : 1;
+        if (p.stages == 2) p.smem = two;
         const int per_sm = std::max(1, std::min<int>(by_regs, (int)((227u << 10) / (p.smem + 1024))));
         const int64_t bands_most = std::max<int64_t>(1, (int64_t)per_sm * sms / lanes);
         band = std::max((p.pixel_tiles + bands_most - 1) / bands_most, need);
@@ -384,9 +393,10 @@ template <class T, int CPG, int MAXT>
 __global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                             const T* __restrict__ dy, float* __restrict__ partial) {
     extern __shared__ __align__(16) unsigned char smem[];
-    unsigned char* tile = smem;
-    unsigned char* dtile = smem + pl.in_bytes;
-    int* pixoff = reinterpret_cast<int*>(dtile + pl.out_bytes + 16);
+    // pl.stages buffers of (input tile, dy tile); with 2, the next tile's copy runs under
+    // this tile's MMAs
+    const int stage_bytes = pl.in_bytes + pl.out_bytes;
+    int* pixoff = reinterpret_cast<int*>(smem + pl.stages * stage_bytes + 16);
     int* tapoff = pixoff + pl.tm_pad;
     unsigned bx = blockIdx.x;
     const int chunk = (int)(bx % (unsigned)pl.chunks); bx /= (unsigned)pl.chunks;
@@ -397,16 +407,15 @@ __global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, Tc
     tc_tables(g, pl, pixoff, tapoff);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tile);
-    const unsigned dtile_s = (unsigned)__cvta_generic_to_shared(dtile);
+    const unsigned smem_s = (unsigned)__cvta_generic_to_shared(smem);
     const int vg = warp % pl.vgs, tstep = kTcWarps / pl.vgs;
     const int t0 = tgroup * pl.group_taps + warp / pl.vgs;
     const int mat = lane >> 3, row = lane & 7;
     // A = dy^T (16 k x 16 pixels): matrix (pixel half mat >> 1, channel half mat & 1)
-    const unsigned a_base = dtile_s + (unsigned)((row + 8 * (mat >> 1)) * pl.pitch + (vg * 16 + 8 * (mat & 1)) * 2);
+    const unsigned a_off = (unsigned)(pl.in_bytes + (row + 8 * (mat >> 1)) * pl.pitch + (vg * 16 + 8 * (mat & 1)) * 2);
     // B = x (16 pixels x 16 c): matrix (channel half mat >> 1, pixel half mat & 1)
     const int b_px = row + 8 * (mat & 1);
-    const unsigned b_chan = tile_s + (unsigned)((vg * 16 + 8 * (mat >> 1)) * 2);
+    const unsigned b_off = (unsigned)((vg * 16 + 8 * (mat >> 1)) * 2);
     const int mtiles = pl.tm_pad / 16;
     const int units = pl.bc / 8;
     const int64_t ochans = (int64_t)g.G * g.K;
@@ -421,24 +430,41 @@ __global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, Tc
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    for (int64_t ti = first; ti < last; ++ti) {
+    // starts the copies of tile ti (input under it, dy; zeros outside the image and in the
+    // padding rows) into stage st, as one cp.async group
+    auto load = [&](int64_t ti, int st) {
         const TcTile t = tc_tile(g, pl, ti);
-        __syncthreads();  // the previous tile's reads are done
+        unsigned char* tile = smem + st * stage_bytes;
+        unsigned char* dtile = tile + pl.in_bytes;
         tc_load_input(g, pl, t, chunk, x, tile);
-        {  // dy under the tile; zeros for pixels outside the image and the padding rows
-            const int pstep = kTcThreads / units;
-            int m = threadIdx.x / units;
-            BoxWalk w(m, pl.th, pl.tw);
-            for (; m < pl.tm_pad; m += pstep, w.advance(pstep, pl.th, pl.tw)) {
-                const int oh = t.oh0 + w.r, ow = t.ow0 + w.c;
-                const bool ok = m < valid && oh < g.out[1] && ow < g.out[2];
-                const T* src = ok ? dbase + (((int64_t)(t.n * g.out[0] + t.od) * g.out[1] + oh) * g.out[2] + ow) * ochans : dy;
-                cp_async16(dtile + m * pl.pitch + (threadIdx.x & (units - 1)) * 16, src, ok);
-            }
+        const int pstep = kTcThreads / units;
+        int m = threadIdx.x / units;
+        BoxWalk w(m, pl.th, pl.tw);
+        for (; m < pl.tm_pad; m += pstep, w.advance(pstep, pl.th, pl.tw)) {
+            const int oh = t.oh0 + w.r, ow = t.ow0 + w.c;
+            const bool ok = m < valid && oh < g.out[1] && ow < g.out[2];
+            const T* src = ok ? dbase + (((int64_t)(t.n * g.out[0] + t.od) * g.out[1] + oh) * g.out[2] + ow) * ochans : dy;
+            cp_async16(dtile + m * pl.pitch + (threadIdx.x & (units - 1)) * 16, src, ok);
         }
         cp_async_commit();
-        cp_async_wait_all();
+    };
+    const bool ahead = pl.stages > 1;
+    if (ahead && first < last) load(first, 0);
+    for (int64_t ti = first; ti < last; ++ti) {
+        const int st = ahead ? (int)((ti - first) & 1) : 0;
+        __syncthreads();  // the reads of the stage about to be overwritten are done
+        if (!ahead) {
+            load(ti, 0);
+            cp_async_wait_all();
+        } else if (ti + 1 < last) {
+            load(ti + 1, st ^ 1);
+            cp_async_wait_prior();  // tile ti's group landed; ti + 1's may still fly
+        } else {
+            cp_async_wait_all();
+        }
         __syncthreads();
+        const unsigned stage_s = smem_s + (unsigned)(st * stage_bytes);
+        const unsigned a_base = stage_s + a_off, b_chan = stage_s + b_off;
         for (int mt = 0; mt < mtiles; ++mt) {
             uint32_t a[4];
             ldsm_x4_trans(a, a_base + (unsigned)(mt * 16 * pl.pitch));

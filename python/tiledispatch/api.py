@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import os
 
@@ -280,7 +281,7 @@ def _check_channels_last(name: str, array, shape: tuple):
 
 
 def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="fwd",
-         input_size=None, filter_size=None, out=None, kernel=None, target=None):
+         input_size=None, filter_size=None, out=None, kernel=None, target=None, split_k: int = 0):
     """Grouped convolution, channels-last, through the dispatcher.
 
     fwd:        conv(x, w)   x (N, *spatial, G*C), w (G*K, *filter, C) -> y (N, *out, G*K)
@@ -292,7 +293,11 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     and the result is an array of the same kind. A torch tensor in channels_last memory
     format (N, C, H, W), permuted to (N, H, W, C), is exactly this layout (no copy); its
     weight (G*K, C, Y, X) likewise, permuted to (G*K, Y, X, C).
+    split_k (bwd_weight on kernels with a batch split, sm_90a `..._s<max>`): the number of
+    batch slices, at most the kernel's maximum and the batch (0: the kernel's choice).
     """
+    if int(split_k) < 0:
+        raise InvalidArgumentError(f"split_k must not be negative, got {split_k}")
     direction = Direction.parse(direction) if isinstance(direction, str) else direction
     on_device = is_device_array(x) or is_device_array(w)
     if on_device:
@@ -356,6 +361,8 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
         slot = 1
     if any(v <= 0 for v in problem.output_size):
         raise InvalidArgumentError(f"the output would be empty: output size {problem.output_size}")
+    if split_k:
+        problem = dataclasses.replace(problem, split_k=int(split_k))
     shape = (problem.input_shape, problem.weight_shape, problem.output_shape)[slot]
     if on_device:
         if out is None:

@@ -46,6 +46,32 @@ inline std::string conv_geometry(const TdConvProblem& p, ConvGeometry* g) {
     return "";
 }
 
+// Batch slices of a dense bwd_weight cut along the batch (CUTLASS implicit wgrad with a
+// split, bindings/cuda/conv_implicit.cuh; the cost model in conv_abi.cpp uses the same
+// count). One launch has `ctas` CTAs: the GEMM view's output tiles (K x taps*C), each
+// side rounded up to the cluster. The caller's split_k where given; else one slice where
+// the CTAs fill 45% of the SMs or more, otherwise the most slices whose CTAs all run in one
+// wave (one CTA per SM: CUTLASS's stages fill shared memory), at most max_split and at most
+// one image per slice. H200, 128x128 tiles (bench/RESULTS.md): 3x3 256->256 (36 CTAs) 119
+// us unsplit, 81 in 2 slices, 65.5 in 3, 88 in 4 (two waves); 1x1 512->2048 (64 CTAs)
+// 35.7 us unsplit, 50 in 2.
+inline int64_t implicit_wgrad_ctas(const ConvGeometry& g, int tm, int tn, int cm, int cn) {
+    const int64_t m = (g.K + tm - 1) / tm, n = (g.taps() * g.C + tn - 1) / tn;
+    return (m + cm - 1) / cm * cm * ((n + cn - 1) / cn * cn);
+}
+
+inline int implicit_wgrad_slices(const ConvGeometry& g, int tm, int tn, int cm, int cn, int max_split,
+                                 int split_k, int sms) {
+    if (max_split <= 1) return 1;
+    if (split_k > 0) return split_k;
+    const int64_t ctas = implicit_wgrad_ctas(g, tm, tn, cm, cn);
+    if (ctas * 100 >= 45LL * sms) return 1;
+    int64_t s = sms / ctas;
+    if (s > max_split) s = max_split;
+    if (s > g.N) s = g.N;
+    return s < 1 ? 1 : (int)s;
+}
+
 // Decodes a flat pixel index over sizes s[3] into coordinates.
 inline void decode3(int64_t idx, const int64_t s[3], int64_t c[3]) {
     c[2] = idx % s[2]; idx /= s[2];
