@@ -615,6 +615,25 @@ __global__ void conv_bwd_weight_reduce(const float* __restrict__ partial, T* __r
     dw[e] = from_float<T>(total);
 }
 
+// The same sum for a few rows (a batch split's slices): a thread adds 4 consecutive
+// elements of every row, row by row (for rows <= 8 the same order, so the same bits, as
+// conv_bwd_weight_reduce). elems must be a multiple of 4 and partial 16-byte aligned.
+template <class T>
+__global__ void conv_bwd_weight_reduce_rows(const float* __restrict__ partial, T* __restrict__ dw, int64_t elems,
+                                            int rows) {
+    const int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (e >= elems) return;
+    float4 s = __ldg(reinterpret_cast<const float4*>(partial + e));
+    for (int r = 1; r < rows; ++r) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(partial + (int64_t)r * elems + e));
+        s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+    }
+    dw[e] = from_float<T>(s.x);
+    dw[e + 1] = from_float<T>(s.y);
+    dw[e + 2] = from_float<T>(s.z);
+    dw[e + 3] = from_float<T>(s.w);
+}
+
 // TD_OK, or TD_ERROR naming the launch error of the kernels just launched.
 inline int launch_status() {
     const cudaError_t err = cudaGetLastError();

@@ -95,9 +95,9 @@ struct Sm90ImplicitConv {
     // CUTLASS's one sm90 conv schedule (its persistent ones are not supported for conv)
     using Schedule = cutlass::conv::KernelImplicitTmaWarpSpecializedSm90;
 
-    // The CUTLASS operator writing Out with an epilogue schedule: TMA stores through shared
-    // memory for the result, none for the split's fp32 partials (an fp32 epilogue tile in
-    // shared memory took mainloop stages: 1x1 512->2048 59.4 us in one slice against 35.8).
+    // The CUTLASS operator writing Out (Element; fp32 for the split's partials). The
+    // no-shared-memory epilogue was slower for the partials (H200: 3x3 256->256 in 3 slices
+    // 69.8 us against 65.9).
     template <class Out, class EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized>
     struct Build {
         using ElementOut = Out;
@@ -118,7 +118,7 @@ struct Sm90ImplicitConv {
         using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
     };
     using Main = Build<Element>;
-    using Partial = Build<float, cutlass::epilogue::NoSmemWarpSpecialized>;  // instantiated only where Split > 1
+    using Partial = Build<float>;  // instantiated only where Split > 1
     using Conv = typename Main::Conv;
     using ProblemShape = typename Main::ProblemShape;
 
@@ -317,8 +317,12 @@ struct Sm90ImplicitConv {
         }
         if (status != TD_OK) return status;
         using T = typename ConvElement<DType>::T;
-        conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
-            partial, static_cast<T*>(o.d), elems, s);
+        if (elems % 4 == 0 && reinterpret_cast<uintptr_t>(partial) % 16 == 0)  // elems: K, C multiples of 8
+            conv_bwd_weight_reduce_rows<T><<<(unsigned)((elems / 4 + 255) / 256), 256, 0, stream>>>(
+                partial, static_cast<T*>(o.d), elems, s);
+        else
+            conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
+                partial, static_cast<T*>(o.d), elems, s);
         return launch_status();
     }
 
