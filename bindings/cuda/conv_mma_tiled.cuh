@@ -52,6 +52,14 @@ struct TcPlan {
     size_t smem;
 };
 
+// bwd_weight blocks per SM, held by __launch_bounds__ (the plan counts on them): 3 at 4
+// taps a warp (at most 85 registers), 2 at 8 (122 used), 1 at 16 (212). At 8 channels per
+// group and 4 taps, 4 blocks (64 registers, a few bytes spilled): H200, ResNeXt-101
+// bwd_weight 92.4 -> 86.8 us; at 4 channels per group 4 blocks lost (ResNeXt-50 53.9 -> 57.0).
+constexpr int tc_wgrad_blocks_by_regs(int cpg, int maxt) {
+    return maxt <= 4 ? (cpg == 8 ? 4 : 3) : maxt <= 8 ? 2 : 1;
+}
+
 // Balanced tiling of n into pieces of at most `most`: the piece size.
 inline int balanced(int n, int most) {
     const int pieces = (n + most - 1) / most;
@@ -104,7 +112,7 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     p.pixel_tiles = (int64_t)g.N * g.out[0] * p.tiles_h * p.tiles_w;
     // tiles per block: fwd / bwd_data about 6 blocks per SM's worth of blocks (each loads its
     // weight image once); bwd_weight one wave: as many tiles as let every block be resident
-    // at once (blocks per SM by registers, 75 at 4 taps a warp, and shared memory), so each
+    // at once (blocks per SM by registers, tc_wgrad_blocks_by_regs, and shared memory), so each
     // block's tables and partial-row stores serve many tiles (H200, ResNeXt-101: 1792 blocks
     // of 2 tiles spent 42 M instructions for 1.8 M MMAs), and at least as many as bring the
     // fp32 partial rows under a quarter of the bytes the kernel reads
@@ -116,7 +124,7 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         const int64_t read = 2LL * g.N * ((int64_t)g.in[0] * g.in[1] * g.in[2] + (int64_t)g.out[0] * g.out[1] * g.out[2]) * chans;
         const int64_t rows_ok = std::max<int64_t>(1, read / 4 / (elems * 4));
         const int64_t need = (p.pixel_tiles + rows_ok - 1) / rows_ok;
-        const int by_regs = p.maxt <= 4 ? 3 : p.maxt <= 8 ? 2 : 1;
+        const int by_regs = tc_wgrad_blocks_by_regs(cpg, p.maxt);
         // two tile buffers where that costs no resident block. H200 (bench/RESULTS.md): at the
         // same blocks per SM they gained (128-pixel tiles: ResNeXt-101 109.7 -> 100.6 us, 3D
         // 136.8 -> 128.8); trading 3 blocks for 2 lost (ResNeXt-101, 256 pixels: 92.1 -> 95.2)
@@ -390,7 +398,7 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
 // partial[band][g][k][tap][c]. A warp owns one virtual group and MAXT taps of the group
 // (t0 + i x tstep) and keeps their 16 x 16 sums in registers across the band's tiles.
 template <class T, int CPG, int MAXT>
-__global__ void __launch_bounds__(kTcThreads) conv_wgrad_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
+__global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)) conv_wgrad_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                             const T* __restrict__ dy, float* __restrict__ partial) {
     extern __shared__ __align__(16) unsigned char smem[];
     // pl.stages buffers of (input tile, dy tile); with 2, the next tile's copy runs under
