@@ -209,21 +209,26 @@ __device__ __forceinline__ TcTile tc_tile(const DeviceGeometry& g, const TcPlan&
 }
 
 // A walk over the pixels first, first + step, ... of a planes x rows x cols box without a
-// division per step (step below cols x rows).
+// division or a loop per step: the step is split once into (planes, rows, columns).
 struct BoxWalk {
     int z, r, c;
-    __device__ __forceinline__ BoxWalk(int p, int rows, int cols) {
+    int dz, dr, dc;
+    __device__ __forceinline__ BoxWalk(int p, int step, int rows, int cols) {
         c = p % cols;
         const int q = p / cols;
         r = q % rows;
         z = q / rows;
+        dc = step % cols;
+        const int sq = step / cols;
+        dr = sq % rows;
+        dz = sq / rows;
     }
-    __device__ __forceinline__ void advance(int step, int rows, int cols) {
-        c += step;
-        while (c >= cols) {
-            c -= cols;
-            if (++r == rows) { r = 0; ++z; }
-        }
+    __device__ __forceinline__ void advance(int rows, int cols) {
+        c += dc;
+        r += dr;
+        z += dz;
+        if (c >= cols) { c -= cols; ++r; }  // dc < cols, dr < rows: one carry each
+        if (r >= rows) { r -= rows; ++z; }
     }
 };
 
@@ -252,18 +257,19 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
                                               const T* __restrict__ x, unsigned char* tile) {
     const int units = pl.bc / 8;  // 2 or 4
     const int u = threadIdx.x & (units - 1), pstep = kTcThreads / units;
-    const int64_t chans = (int64_t)g.G * g.C;
+    const int chans = g.G * g.C;
     const int id0 = t.od * g.stride[0] - g.pad[0], ih0 = t.oh0 * g.stride[1] - g.pad[1],
               iw0 = t.ow0 * g.stride[2] - g.pad[2];
     const int total = pl.planes_in * pl.rows_in * pl.cols_in;
-    const T* cbase = x + (int64_t)chunk * pl.bc + u * 8;
+    // 32-bit element offsets: every tensor has fewer than 2^31 elements (supports)
+    const T* cbase = x + (t.n * g.in[0] * g.in[1] * g.in[2] * chans + chunk * pl.bc + u * 8);
     int p = threadIdx.x / units;
-    BoxWalk w(p, pl.rows_in, pl.cols_in);
-    for (; p < total; p += pstep, w.advance(pstep, pl.rows_in, pl.cols_in)) {
+    BoxWalk w(p, pstep, pl.rows_in, pl.cols_in);
+    for (; p < total; p += pstep, w.advance(pl.rows_in, pl.cols_in)) {
         const int id = id0 + w.z, ih = ih0 + w.r, iw = iw0 + w.c;
         const bool ok = (unsigned)id < (unsigned)g.in[0] && (unsigned)ih < (unsigned)g.in[1] &&
                         (unsigned)iw < (unsigned)g.in[2];
-        const T* src = ok ? cbase + (((int64_t)(t.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * chans : x;
+        const T* src = ok ? cbase + ((id * g.in[1] + ih) * g.in[2] + iw) * chans : x;
         cp_async16(tile + p * pl.pitch + u * 16, src, ok);
     }
 }
@@ -383,8 +389,8 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
         // coalesced 16-byte stores of the tile's valid pixels
         const int pstep = kTcThreads / units;
         int m = threadIdx.x / units;
-        BoxWalk w(m, pl.th, pl.tw);
-        for (; m < pl.th * pl.tw; m += pstep, w.advance(pstep, pl.th, pl.tw)) {
+        BoxWalk w(m, pstep, pl.th, pl.tw);
+        for (; m < pl.th * pl.tw; m += pstep, w.advance(pl.th, pl.tw)) {
             const int oh = done.oh0 + w.r, ow = done.ow0 + w.c;
             if (oh >= g.out[1] || ow >= g.out[2]) continue;
             *reinterpret_cast<uint4*>(ybase + (((int64_t)(done.n * g.out[0] + done.od) * g.out[1] + oh) * g.out[2] + ow) * ochans) =
@@ -426,7 +432,7 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const unsigned b_off = (unsigned)((vg * 16 + 8 * (mat >> 1)) * 2);
     const int mtiles = pl.tm_pad / 16;
     const int units = pl.bc / 8;
-    const int64_t ochans = (int64_t)g.G * g.K;
+    const int ochans = g.G * g.K;  // 32-bit offsets: tensors below 2^31 elements
     const T* dbase = dy + (int64_t)chunk * pl.bc + (threadIdx.x & (units - 1)) * 8;
     const int valid = pl.th * pl.tw;
 
@@ -447,15 +453,22 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         tc_load_input(g, pl, t, chunk, x, tile);
         const int pstep = kTcThreads / units;
         int m = threadIdx.x / units;
-        BoxWalk w(m, pl.th, pl.tw);
-        for (; m < pl.tm_pad; m += pstep, w.advance(pstep, pl.th, pl.tw)) {
+        const T* tbase = dbase + ((t.n * g.out[0] + t.od) * g.out[1] * g.out[2] * ochans);
+        BoxWalk w(m, pstep, pl.th, pl.tw);
+        for (; m < pl.tm_pad; m += pstep, w.advance(pl.th, pl.tw)) {
             const int oh = t.oh0 + w.r, ow = t.ow0 + w.c;
             const bool ok = m < valid && oh < g.out[1] && ow < g.out[2];
-            const T* src = ok ? dbase + (((int64_t)(t.n * g.out[0] + t.od) * g.out[1] + oh) * g.out[2] + ow) * ochans : dy;
+            const T* src = ok ? tbase + (oh * g.out[2] + ow) * ochans : dy;
             cp_async16(dtile + m * pl.pitch + (threadIdx.x & (units - 1)) * 16, src, ok);
         }
         cp_async_commit();
     };
+    // this warp's taps t0 + i tstep (i < ntap) and their byte offsets, read once
+    __syncthreads();  // the tables are written
+    const int ntap = t0 < g.taps ? min(MAXT, (g.taps - t0 + tstep - 1) / tstep) : 0;
+    unsigned toff[MAXT];
+#pragma unroll
+    for (int i = 0; i < MAXT; ++i) toff[i] = i < ntap ? (unsigned)tapoff[t0 + i * tstep] : 0u;
     const bool ahead = pl.stages > 1;
     if (ahead && first < last) load(first, 0);
     for (int64_t ti = first; ti < last; ++ti) {
@@ -479,10 +492,9 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
             const unsigned px = b_chan + (unsigned)pixoff[mt * 16 + b_px];
 #pragma unroll
             for (int i = 0; i < MAXT; ++i) {
-                const int tap = t0 + i * tstep;
-                if (tap >= g.taps) break;  // warp-uniform
+                if (i >= ntap) break;  // warp-uniform
                 uint32_t bq[4];
-                ldsm_x4_trans(bq, px + (unsigned)tapoff[tap]);
+                ldsm_x4_trans(bq, px + toff[i]);
                 const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
                 mma16816<T>(acc[i][0], a, b0);
                 mma16816<T>(acc[i][1], a, b1);
