@@ -249,12 +249,23 @@ __device__ __forceinline__ void tc_tables(const DeviceGeometry& g, const TcPlan&
     }
 }
 
+// The walk of this thread's first pixel over the input box and over the output tile (the
+// same for every tile of a block: built once, its divisions out of the tile loop).
+__device__ __forceinline__ BoxWalk tc_input_walk(const TcPlan& pl) {
+    const int units = pl.bc / 8;
+    return BoxWalk((int)threadIdx.x / units, kTcThreads / units, pl.rows_in, pl.cols_in);
+}
+__device__ __forceinline__ BoxWalk tc_output_walk(const TcPlan& pl) {
+    const int units = pl.bc / 8;
+    return BoxWalk((int)threadIdx.x / units, kTcThreads / units, pl.th, pl.tw);
+}
+
 // Starts copying the input pixels under an output tile (all planes of the filter's depth,
 // zeros outside the image) into shared memory. Consecutive threads take the 16-byte units
 // of one pixel, then the next pixel: coalesced reads.
 template <class T>
 __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcPlan& pl, const TcTile& t, int chunk,
-                                              const T* __restrict__ x, unsigned char* tile) {
+                                              const T* __restrict__ x, unsigned char* tile, BoxWalk w) {
     const int units = pl.bc / 8;  // 2 or 4
     const int u = threadIdx.x & (units - 1), pstep = kTcThreads / units;
     const int chans = g.G * g.C;
@@ -263,8 +274,7 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
     const int total = pl.planes_in * pl.rows_in * pl.cols_in;
     // 32-bit element offsets: every tensor has fewer than 2^31 elements (supports)
     const T* cbase = x + (t.n * g.in[0] * g.in[1] * g.in[2] * chans + chunk * pl.bc + u * 8);
-    int p = threadIdx.x / units;
-    BoxWalk w(p, pstep, pl.rows_in, pl.cols_in);
+    int p = threadIdx.x / units;  // w: this pixel's walk (tc_input_walk), the same for every tile
     for (; p < total; p += pstep, w.advance(pl.rows_in, pl.cols_in)) {
         const int id = id0 + w.z, ih = ih0 + w.r, iw = iw0 + w.c;
         const bool ok = (unsigned)id < (unsigned)g.in[0] && (unsigned)ih < (unsigned)g.in[1] &&
@@ -298,8 +308,9 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
     const int wvec = pl.w_bytes / 16;
     const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)chunk * wvec;
     for (int i = threadIdx.x; i < wvec; i += kTcThreads) cp_async16(reinterpret_cast<uint4*>(wsm) + i, wsrc + i, true);
+    const BoxWalk in_walk = tc_input_walk(pl), out_walk = tc_output_walk(pl);
     TcTile cur = tc_tile(g, pl, first);
-    tc_load_input(g, pl, cur, chunk, x, tile);
+    tc_load_input(g, pl, cur, chunk, x, tile, in_walk);
     cp_async_commit();
     tc_tables(g, pl, pixoff, tapoff);
     if (threadIdx.x == 0) *zero = make_uint4(0, 0, 0, 0);
@@ -383,13 +394,13 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
         const TcTile done = cur;
         if (ti + 1 < last) {
             cur = tc_tile(g, pl, ti + 1);
-            tc_load_input(g, pl, cur, chunk, x, tile);
+            tc_load_input(g, pl, cur, chunk, x, tile, in_walk);
         }
         cp_async_commit();
         // coalesced 16-byte stores of the tile's valid pixels
         const int pstep = kTcThreads / units;
         int m = threadIdx.x / units;
-        BoxWalk w(m, pstep, pl.th, pl.tw);
+        BoxWalk w = out_walk;
         for (; m < pl.th * pl.tw; m += pstep, w.advance(pl.th, pl.tw)) {
             const int oh = done.oh0 + w.r, ow = done.ow0 + w.c;
             if (oh >= g.out[1] || ow >= g.out[2]) continue;
@@ -446,15 +457,16 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
 
     // starts the copies of tile ti (input under it, dy; zeros outside the image and in the
     // padding rows) into stage st, as one cp.async group
+    const BoxWalk in_walk = tc_input_walk(pl), out_walk = tc_output_walk(pl);
     auto load = [&](int64_t ti, int st) {
         const TcTile t = tc_tile(g, pl, ti);
         unsigned char* tile = smem + st * stage_bytes;
         unsigned char* dtile = tile + pl.in_bytes;
-        tc_load_input(g, pl, t, chunk, x, tile);
+        tc_load_input(g, pl, t, chunk, x, tile, in_walk);
         const int pstep = kTcThreads / units;
         int m = threadIdx.x / units;
         const T* tbase = dbase + ((t.n * g.out[0] + t.od) * g.out[1] * g.out[2] * ochans);
-        BoxWalk w(m, pstep, pl.th, pl.tw);
+        BoxWalk w = out_walk;
         for (; m < pl.tm_pad; m += pstep, w.advance(pl.th, pl.tw)) {
             const int oh = t.oh0 + w.r, ow = t.ow0 + w.c;
             const bool ok = m < valid && oh < g.out[1] && ow < g.out[2];
