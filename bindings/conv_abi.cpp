@@ -83,7 +83,7 @@ double cutlass_conv_cost(const TdConvProblem& p, const ConvGeometry& g, const Ke
         // 128x128 36 us on 64 SMs, 64x128 26.2 and 128x64 32.5 on 128, 64x64 40.5 in two
         // waves: speeds 1, 0.69, 0.55, 0.44 ~ (area / 128^2)^0.55, x 0.8 where tile N < tile M.
         // Each slice beyond the first costs 0.1 (its fp32 partial, the reduce): 3x3 256->256
-        // 128x128 in 3 slices 65.5 us against 119 unsplit. A split variant at one slice
+        // 128x128 in 3 slices 55.5 us against 119 unsplit. A split variant at one slice
         // ranks just behind the unsplit kernel of its tile.
         const int split = implicit_wgrad_slices(g, k.tile_m, k.tile_n, k.micro_m, k.micro_n, k.reduction,
                                                 p.base.split_k, workers);

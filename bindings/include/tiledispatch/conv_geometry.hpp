@@ -53,8 +53,8 @@ inline std::string conv_geometry(const TdConvProblem& p, ConvGeometry* g) {
 // the CTAs fill 45% of the SMs or more, otherwise the most slices whose CTAs all run in one
 // wave (one CTA per SM: CUTLASS's stages fill shared memory), at most max_split and at most
 // one image per slice. H200, 128x128 tiles (bench/RESULTS.md): 3x3 256->256 (36 CTAs) 119
-// us unsplit, 81 in 2 slices, 65.5 in 3, 88 in 4 (two waves); 1x1 512->2048 (64 CTAs)
-// 35.7 us unsplit, 50 in 2.
+// us unsplit, 71 in 2 slices, 55.5 in 3, 81 in 4 (two waves); 1x1 512->2048 (64 CTAs)
+// 35.9 us unsplit, 31 in 2 (and 25.3 unsplit with 64x128 tiles: 128 CTAs).
 inline int64_t implicit_wgrad_ctas(const ConvGeometry& g, int tm, int tn, int cm, int cn) {
     const int64_t m = (g.K + tm - 1) / tm, n = (g.taps() * g.C + tn - 1) / tn;
     return (m + cm - 1) / cm * cm * ((n + cn - 1) / cn * cn);
