@@ -54,7 +54,9 @@ inline std::string conv_geometry(const TdConvProblem& p, ConvGeometry* g) {
 // wave (one CTA per SM: CUTLASS's stages fill shared memory), at most max_split and at most
 // one image per slice. H200, 128x128 tiles (bench/RESULTS.md): 3x3 256->256 (36 CTAs) 119
 // us unsplit, 71 in 2 slices, 55.5 in 3, 81 in 4 (two waves); 1x1 512->2048 (64 CTAs)
-// 35.9 us unsplit, 31 in 2 (and 25.3 unsplit with 64x128 tiles: 128 CTAs).
+// 35.9 us unsplit, 31 in 2, but 25.3 unsplit with 64x128 tiles (128 CTAs). Where one slice
+// fills 45%, a smaller unsplit tile fills the rest without the partials, so the split
+// variant stays at one slice there (and ranks behind it in the cost model).
 inline int64_t implicit_wgrad_ctas(const ConvGeometry& g, int tm, int tn, int cm, int cn) {
     const int64_t m = (g.K + tm - 1) / tm, n = (g.taps() * g.C + tn - 1) / tn;
     return (m + cm - 1) / cm * cm * ((n + cn - 1) / cn * cn);
