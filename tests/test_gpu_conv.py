@@ -252,9 +252,10 @@ def split_of(kernel) -> int:
 @pytest.mark.parametrize("kernel", [k for k in kernels() if split_of(k) > 1], ids=lambda k: k.name)
 def test_batch_split_bwd_weight_matches_float64(kernel, gen):
     """bwd_weight over batch slices (concurrent CUTLASS wgrads with fp32 partials, one
-    reduce), the slice count chosen at run time or forced by split_k: one slice (the plain
-    kernel), every count up to the kernel's maximum on uneven and even slices, a longer
-    batch; split_k above the maximum or above the batch refused."""
+    reduce), the slice count chosen at run time or forced by split_k: one slice (still
+    through the fp32 partial and the reduce), every count up to the kernel's maximum on
+    uneven and even slices, a longer batch; split_k above the maximum or above the batch
+    refused."""
     split = split_of(kernel)
     for N in (1, split, split + 3, 4 * split + 1):
         for inp, fil, st, pad, dil in CASES[kernel.ndim]:

@@ -11,8 +11,8 @@
 // Split > 1 (bwd_weight only): CUTLASS's sm90 conv kernel is non-persistent with no stream-K,
 // so a wgrad with few output tiles (3x3 256->256: 36 tiles of 128x128 for 132 SMs) leaves
 // the GPU idle. The batch is split into up to Split slices, chosen per problem at run time
-// (implicit_wgrad_slices: the caller's split_k, else the most slices that still run in one
-// wave), each a CUTLASS wgrad with fp32 output into its own partial on its own stream
+// (implicit_wgrad_slices: the caller's split_k, else 1 where one slice fills 45% of the SMs,
+// else the most slices that still run in one wave), each a CUTLASS wgrad with fp32 output into its own partial on its own stream
 // (fork/join with events off the caller's stream); the partials are added in a fixed order
 // (deterministic). Correct on the H200; 3x3 256->256 bwd_weight 119 us unsplit, 55.5 us in
 // 3 slices.
@@ -187,7 +187,7 @@ struct Sm90ImplicitConv {
         return bytes;
     }
 
-    // The batch slices this kernel runs the problem in (1: the plain kernel).
+    // The batch slices this kernel runs the problem in (always 1 where Split is 1).
     static int slices(const TdConvProblem& p, const ConvGeometry& g) {
         return implicit_wgrad_slices(g, TM, TN, CM, CN, Split, p.base.split_k, device::multiprocessors());
     }

@@ -133,7 +133,7 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         const int per_sm_two = std::min<int>(by_regs, (int)((227u << 10) / (two + 1024)));
         p.stages = two <= 112 * 1024 && per_sm_two >= per_sm_one ? 2 : 1;
         if (p.stages == 2) p.smem = two;
-        const int per_sm = std::max(1, std::min<int>(by_regs, (int)((227u << 10) / (p.smem + 1024))));
+        const int per_sm = std::max(1, p.stages == 2 ? per_sm_two : per_sm_one);
         const int64_t bands_most = std::max<int64_t>(1, (int64_t)per_sm * sms / lanes);
         band = std::max((p.pixel_tiles + bands_most - 1) / bands_most, need);
     } else {
