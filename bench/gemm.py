@@ -73,11 +73,18 @@ def operands(M, N, K, dtype):
     return a, b
 
 
-def vendor(a, b, dtype):
+def vendor(a, b, dtype, fast=False):
     if dtype in (DType.FP8_E4M3, DType.FP8_E5M2):
         one = torch.ones((), device="cuda")
-        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                        use_fast_accum=fast)
     return lambda: torch.matmul(a, b)
+
+
+def fast_accum(name: str) -> bool:
+    """fp8 kernels that never promote the wgmma sums to fp32 (compared with cuBLASLt's fast
+    accumulation, not with its default)."""
+    return "_fastacc" in name
 
 
 def host_overhead(d) -> tuple:
@@ -166,12 +173,14 @@ def main() -> int:
             flops = 2.0 * M * N * K
             problem = td.GemmProblem(M, N, K, dtype, "rcr", a.stride(0), b.stride(1), c.stride(0))
             fns = {"vendor": vendor(a, b, dtype)}
+            if dtype.nbytes == 1:
+                fns["vendor_fast"] = vendor(a, b, dtype, fast=True)
             for k in d.kernels:
                 if k.dtype is not dtype or k.layout.key != "rcr" or not d.is_supported(problem, k.name):
                     continue
                 fns[k.name] = lambda k=k: d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(),
                                                 kernel=k.name, stream=stream, timed=False)
-            for name in [n for n in fns if n != "vendor"]:  # a kernel that fails is named, not hidden
+            for name in [n for n in fns if not n.startswith("vendor")]:  # a kernel that fails is named, not hidden
                 try:
                     for _ in range(2):  # twice: the second launch reuses the first one's parameters
                         fns[name]()
@@ -181,6 +190,9 @@ def main() -> int:
                     del fns[name]
             per_kernel = timer.many(fns)
             t_vendor = per_kernel.pop("vendor")
+            t_vendor_fast = per_kernel.pop("vendor_fast", None)
+            fast = {n: t for n, t in per_kernel.items() if fast_accum(n)}
+            per_kernel = {n: t for n, t in per_kernel.items() if not fast_accum(n)}
             try:
                 pick = d.select(problem)  # tuning tables first (TILEDISPATCH_TUNING, shipped), then the model
                 model = d.lib.name_call(d.lib.td_gemm_select, d._problem(problem))  # the cost model alone
@@ -199,11 +211,21 @@ def main() -> int:
                    "best": best, "best_tflops": tf(per_kernel[best]),
                    "model": model, "model_tflops": tf(per_kernel[model]) if model in per_kernel else None,
                    "kernels": {n: tf(t) for n, t in per_kernel.items()}}
+            if t_vendor_fast is not None:
+                row["vendor_fast_tflops"] = tf(t_vendor_fast)
+            if fast:
+                best_fast = min(fast, key=fast.get)
+                row.update(best_fast=best_fast, best_fast_tflops=tf(fast[best_fast]),
+                           fast_kernels={n: tf(t) for n, t in fast.items()})
             rows.append(row)
             print(f"{dtype.key:9} {'x'.join(map(str, shape)):>18}  torch {row['vendor_tflops']:7.1f}  "
                   f"pick {row['pick_tflops']:7.1f} ({row['pick_tflops'] / row['vendor_tflops']:.2f}x)  "
                   f"best {row['best_tflops']:7.1f} ({row['best_tflops'] / row['vendor_tflops']:.2f}x)  {pick}",
                   flush=True)
+            if "best_fast" in row:
+                print(f"{'':28} fast accumulation: torch {row['vendor_fast_tflops']:7.1f}  best "
+                      f"{row['best_fast_tflops']:7.1f} ({row['best_fast_tflops'] / row['vendor_fast_tflops']:.2f}x)  "
+                      f"{row['best_fast']}", flush=True)
             del a, b, c
 
     # run-time knobs of one compiled kernel: tile raster order and swizzle, on large shapes
@@ -262,6 +284,9 @@ def main() -> int:
             worst = min(mine, key=lambda r: r["pick_tflops"] / r["vendor_tflops"])
             print(f"  {dtype}: aligned shapes {len(mine)}, geomean pick {gm('pick_tflops'):.3f}x, best {gm('best_tflops'):.3f}x; "
                   f"lowest pick {worst['pick_tflops'] / worst['vendor_tflops']:.2f}x at {worst['shape']}")
+            if all("best_fast" in r for r in mine):
+                gf = math.exp(statistics.mean(math.log(r["best_fast_tflops"] / r["vendor_fast_tflops"]) for r in mine))
+                print(f"  {dtype}: fast accumulation, best against torch's use_fast_accum=True {gf:.3f}x")
             if tables and all(r["model_tflops"] for r in mine):
                 print(f"  {dtype}: the cost model alone (no tuning table) {gm('model_tflops'):.3f}x")
         for r in rows:

@@ -64,7 +64,7 @@ int copy_name(const char* name, char* buf, size_t size);
 
 // The kernels for a problem, best first. name non-empty: just that kernel (TD_UNSUPPORTED
 // when the library has none of that name, TD_REJECTED when it refuses the problem).
-// Otherwise every kernel whose supports() accepts the problem, ranked by predicted cost,
+// Otherwise every kernel not marked named_only whose supports() accepts the problem, ranked by predicted cost,
 // then by name; TD_UNSUPPORTED when there is none.
 template <class Kernel, class Problem, class CostFn>
 int rank(const Kernel* const* table, size_t count, const Problem& p, const char* name, CostFn cost,
@@ -85,6 +85,7 @@ int rank(const Kernel* const* table, size_t count, const Problem& p, const char*
     std::vector<std::pair<double, const Kernel*>> scored;
     std::string reasons;
     for (size_t i = 0; i < count; ++i) {
+        if (table[i]->info.named_only) continue;
         std::string why;
         if (table[i]->supports(p, &why) != TD_OK) {
             if (why != "dtype differs" && why != "layout differs" && reasons.size() < 400)

@@ -44,4 +44,4 @@ def emit(config) -> str:
         f"cuda::Sm90Gemm<{config.dtype.code}, {config.layout.code}, {cpp_bool(streamk)}, {reduction}, "
         f"{tm}, {tn}, {tk},\n"
         f"                   {k.cluster_m}, {k.cluster_n}, {cpp_bool(k.schedule == 'pingpong')}, "
-        f"{cpp_bool(k.epilogue == 'nosmem')}, {cpp_bool(k.pad)}>"))
+        f"{cpp_bool(k.epilogue == 'nosmem')}, {cpp_bool(k.pad)}, {k.promote}>"))

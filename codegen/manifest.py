@@ -101,7 +101,7 @@ def _parse_tiles(container, path):
 
 PAIR_KNOBS = ("micro_tile", "cluster")
 TRIPLE_KNOBS = ("wave_shape", "warp_tile")
-INT_KNOBS = ("channels_per_group", "split")  # integers (channels_per_group also takes "any")
+INT_KNOBS = ("channels_per_group", "split", "promote")  # integers (channels_per_group also takes "any", promote "fast")
 
 
 def _parse_knobs(group, path):

@@ -284,7 +284,11 @@ class CudaKnobs:
     """cuda backend knobs.
 
     algorithm `cutlass` (GEMM): CUTLASS sm90 cluster shape, kernel schedule, epilogue
-    schedule, and whether misaligned operands are staged through aligned copies.
+    schedule, whether misaligned operands are staged through aligned copies, and for fp8
+    `promote`: the wgmma partial sums are added into the fp32 accumulators every `promote`
+    MMAs of K 32 (CUTLASS's mma_promotion_interval, 4 by default: every 128 of K), or never
+    (`fast`, CUTLASS's FP8FastAccum schedules: only the tensor core's own accumulator,
+    fewer registers, less precision; never picked unless asked for, see fast_accum).
     algorithm `implicit` (dense convolution): CUTLASS sm90 implicit-GEMM convolution
     (bindings/cuda/conv_implicit.cuh): cluster shape (CUTLASS has one sm90 conv kernel
     schedule, the non-persistent warp-specialized one) and, for bwd_weight, `split`: the
@@ -305,6 +309,7 @@ class CudaKnobs:
     algorithm: str = "cutlass"     # cutlass | direct | depthwise | mma | tiled_mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 1, 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
+    promote: int = 4               # fp8 GEMM: MMAs between promotions to fp32; 0 = fast (never)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
@@ -312,8 +317,10 @@ class CudaKnobs:
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
     TILED_MMA_CPG = (1, 2, 4, 8, 16)
-    YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned", "split")
+    YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned", "split",
+                 "promote")
     SPLITS = (1, 2, 4, 8)
+    PROMOTES = (0, 4, 8, 12, 16, 24, 32)
 
     def __post_init__(self):
         if self.schedule not in self.SCHEDULES:
@@ -333,6 +340,10 @@ class CudaKnobs:
             raise ValueError(f"split {self.split!r} not one of 1, 2, 4, 8")
         if self.split != 1 and self.algorithm != "implicit":
             raise ValueError("split applies only to algorithm implicit")
+        if self.promote not in self.PROMOTES:
+            raise ValueError(f"promote {self.promote!r} not one of 4, 8, 12, 16, 24, 32 or fast")
+        if self.promote != 4 and self.algorithm != "cutlass":
+            raise ValueError("promote applies only to fp8 GEMM (algorithm cutlass)")
 
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
@@ -366,8 +377,14 @@ class CudaKnobs:
                              "kernel schedule)")
         if "split" in values and algorithm != "implicit":
             raise ValueError("split applies only to algorithm implicit")
+        promote = values.get("promote", 4)
+        if promote == "fast":
+            promote = 0
+        elif not isinstance(promote, int) or promote == 0:
+            raise ValueError(f"promote must be 4, 8, 12, 16, 24, 32 or fast, got {promote!r}")
         return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
-                   values.get("epilogue", "tma"), misaligned == "pad", algorithm, split=values.get("split", 1))
+                   values.get("epilogue", "tma"), misaligned == "pad", algorithm, split=values.get("split", 1),
+                   promote=promote)
 
     @property
     def token(self) -> str:
@@ -388,6 +405,8 @@ class CudaKnobs:
             parts.append(self.epilogue)
         if self.pad:
             parts.append("pad")
+        if self.promote != 4:
+            parts.append(f"p{self.promote}" if self.promote else "fastacc")
         return "_".join(parts)
 
     @classmethod
@@ -408,12 +427,13 @@ class CudaKnobs:
         if implicit:
             return cls(int(implicit.group(1)), int(implicit.group(2)), algorithm="implicit",
                        split=int(implicit.group(3) or 1))
-        match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?", token)
+        match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?(?:_p(\d+)|(_fastacc))?", token)
         if not match:
             raise ValueError(f"bad cuda knob token '{token}'")
         schedule = {v: k for k, v in cls.SCHEDULES.items()}[match.group(3)]
+        promote = 0 if match.group(7) else int(match.group(6) or 4)
         return cls(int(match.group(1)), int(match.group(2)), schedule,
-                   "nosmem" if match.group(4) else "tma", bool(match.group(5)))
+                   "nosmem" if match.group(4) else "tma", bool(match.group(5)), promote=promote)
 
     def problems(self, op: str, dtype: "DType", layout, variant, tile, target) -> list[str]:
         """Why this variant cannot be built (empty: it can)."""
@@ -560,6 +580,10 @@ class CudaKnobs:
             out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")
         if (tm + tn) * tk * dtype.nbytes > 96 * 1024:
             out.append(f"tile {tm}x{tn}x{tk} needs more than 96 KiB of shared memory per stage")
+        if self.promote != 4 and dtype not in (DType.FP8_E4M3, DType.FP8_E5M2):
+            out.append(f"promote applies to fp8 only ({dtype.key} MMAs accumulate in fp32)")
+        elif self.promote and self.promote % max(1, tk // 32):
+            out.append(f"promote {self.promote} must be a multiple of the {tk // 32} MMAs of one K tile of {tk}")
         return out
 
 

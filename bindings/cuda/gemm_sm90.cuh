@@ -4,7 +4,10 @@
 // Knobs fixed at compile time (all in the variant's name): element type, layout, block
 // tile, cluster, kernel schedule (cooperative / ping-pong), epilogue (TMA / no-smem),
 // tile scheduler (persistent / stream-K) and whether misaligned operands are staged
-// through aligned copies ("pad"). Run-time arguments: sizes, leading dimensions, alpha,
+// through aligned copies ("pad"), and for fp8 the promotion interval: the wgmma partial
+// sums are added into separate fp32 accumulators every Promote MMAs (K 32 each; CUTLASS
+// waits for the tensor cores to drain at each), or never (Promote 0: the FP8FastAccum
+// schedules, the tensor core's own accumulator only). Run-time arguments: sizes, leading dimensions, alpha,
 // stream-K reduction mode (atomic = Nondeterministic, deterministic = turnstile) and the
 // split count.
 #pragma once
@@ -41,7 +44,7 @@ inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 template <int DType, int LayoutCode, bool Streamk, int Reduction, int TM, int TN, int TK, int CM, int CN,
-          bool Pingpong, bool NoSmem, bool Pad>
+          bool Pingpong, bool NoSmem, bool Pad, int Promote = 4>
 struct Sm90Gemm {
     using In = typename Element<DType>::in;
     using Out = typename Element<DType>::out;
@@ -56,8 +59,14 @@ struct Sm90Gemm {
 
     using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
     using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
-    using KernelSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+    static_assert(Promote == 4 || fp8, "the promotion interval applies to fp8 only");
+    static constexpr bool fast_accum = fp8 && Promote == 0;
+    using KernelSchedule = std::conditional_t<
+        fast_accum,
+        std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                           cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum>,
+        std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                           cutlass::gemm::KernelTmaWarpSpecializedCooperative>>;
     using EpilogueSchedule = std::conditional_t<
         NoSmem, cutlass::epilogue::NoSmemWarpSpecialized,
         std::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
@@ -164,6 +173,7 @@ struct Sm90Gemm {
                                       {static_cast<const In*>(a), sa, static_cast<const In*>(b), sb},
                                       {{}, static_cast<const Out*>(c), sc, static_cast<Out*>(c), sc},
                                       hw};
+        if constexpr (fp8 && !fast_accum) args.mainloop.mma_promotion_interval = Promote;
         args.epilogue.thread.alpha = p.alpha;
         args.epilogue.thread.beta = 0.0f;
         using Raster = decltype(args.scheduler.raster_order);
@@ -291,7 +301,7 @@ struct Sm90Gemm {
 
     static constexpr GemmKernel entry(const char* name) {
         return GemmKernel{{name, DType, LayoutCode, Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN, TK, CM, CN,
-                           Pingpong ? 1 : 0, Pad ? 1 : 0},
+                           Pingpong ? 1 : 0, Pad ? 1 : 0, fast_accum ? 1 : 0},
                           &supports, &workspace_size, &run};
     }
 };

@@ -21,6 +21,7 @@ struct KernelInfo {
     int micro_m, micro_n;  // cpu: register micro tile; cuda: cluster shape
     int schedule;          // cuda: 0 cooperative, 1 ping-pong; cpu: 0
     int pad;               // 1: stages misaligned operands through aligned copies
+    int named_only;        // 1: never picked, run only when named (fp8 fast accumulation: less precise)
 };
 
 // supports(): TD_OK, or TD_UNSUPPORTED with the reason in *why.
