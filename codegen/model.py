@@ -285,10 +285,12 @@ class CudaKnobs:
 
     algorithm `cutlass` (GEMM): CUTLASS sm90 cluster shape, kernel schedule, epilogue
     schedule, whether misaligned operands are staged through aligned copies, and for fp8
-    `promote`: the wgmma partial sums are added into the fp32 accumulators every `promote`
-    MMAs of K 32 (CUTLASS's mma_promotion_interval, 4 by default: every 128 of K), or never
-    (`fast`, CUTLASS's FP8FastAccum schedules: only the tensor core's own accumulator,
-    fewer registers, less precision; never picked unless asked for, see fast_accum).
+    `promote`, how the tensor cores' short partial sums reach the fp32 accumulators: `tile`
+    (the default) every K tile through our mainloop with two alternating sets of partial
+    registers (bindings/cuda/fp8_mainloop.cuh: the tensor cores never drain); N (4, 8, ...)
+    every N MMAs of K 32 through CUTLASS's fp8 mainloop, which drains them at each; `fast`
+    never (CUTLASS's FP8FastAccum schedules: much less precise, so never picked, run only
+    when named).
     algorithm `implicit` (dense convolution): CUTLASS sm90 implicit-GEMM convolution
     (bindings/cuda/conv_implicit.cuh): cluster shape (CUTLASS has one sm90 conv kernel
     schedule, the non-persistent warp-specialized one) and, for bwd_weight, `split`: the
@@ -309,7 +311,7 @@ class CudaKnobs:
     algorithm: str = "cutlass"     # cutlass | direct | depthwise | mma | tiled_mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 1, 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
-    promote: int = 4               # fp8 GEMM: MMAs between promotions to fp32; 0 = fast (never)
+    promote: int = 1               # fp8 GEMM: 1 = tile (ours), N = CUTLASS every N MMAs, 0 = fast (never)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
@@ -320,7 +322,7 @@ class CudaKnobs:
     YAML_KEYS = ("algorithm", "channels_per_group", "cluster", "schedule", "epilogue", "misaligned", "split",
                  "promote")
     SPLITS = (1, 2, 4, 8)
-    PROMOTES = (0, 4, 8, 12, 16, 24, 32)
+    PROMOTES = (0, 1, 4, 8, 12, 16, 24, 32)
 
     def __post_init__(self):
         if self.schedule not in self.SCHEDULES:
@@ -341,8 +343,8 @@ class CudaKnobs:
         if self.split != 1 and self.algorithm != "implicit":
             raise ValueError("split applies only to algorithm implicit")
         if self.promote not in self.PROMOTES:
-            raise ValueError(f"promote {self.promote!r} not one of 4, 8, 12, 16, 24, 32 or fast")
-        if self.promote != 4 and self.algorithm != "cutlass":
+            raise ValueError(f"promote {self.promote!r} not one of tile, 4, 8, 12, 16, 24, 32 or fast")
+        if self.promote != 1 and self.algorithm != "cutlass":
             raise ValueError("promote applies only to fp8 GEMM (algorithm cutlass)")
 
     @classmethod
@@ -377,11 +379,10 @@ class CudaKnobs:
                              "kernel schedule)")
         if "split" in values and algorithm != "implicit":
             raise ValueError("split applies only to algorithm implicit")
-        promote = values.get("promote", 4)
-        if promote == "fast":
-            promote = 0
-        elif not isinstance(promote, int) or promote == 0:
-            raise ValueError(f"promote must be 4, 8, 12, 16, 24, 32 or fast, got {promote!r}")
+        promote = {"tile": 1, "fast": 0}.get(values.get("promote", "tile"), values.get("promote"))
+        if not isinstance(promote, int) or isinstance(promote, bool) or promote in (0, 1) and \
+                values.get("promote") not in (None, "tile", "fast"):
+            raise ValueError(f"promote must be tile, 4, 8, 12, 16, 24, 32 or fast, got {values.get('promote')!r}")
         return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
                    values.get("epilogue", "tma"), misaligned == "pad", algorithm, split=values.get("split", 1),
                    promote=promote)
@@ -405,7 +406,7 @@ class CudaKnobs:
             parts.append(self.epilogue)
         if self.pad:
             parts.append("pad")
-        if self.promote != 4:
+        if self.promote != 1:
             parts.append(f"p{self.promote}" if self.promote else "fastacc")
         return "_".join(parts)
 
@@ -431,7 +432,7 @@ class CudaKnobs:
         if not match:
             raise ValueError(f"bad cuda knob token '{token}'")
         schedule = {v: k for k, v in cls.SCHEDULES.items()}[match.group(3)]
-        promote = 0 if match.group(7) else int(match.group(6) or 4)
+        promote = 0 if match.group(7) else int(match.group(6) or 1)
         return cls(int(match.group(1)), int(match.group(2)), schedule,
                    "nosmem" if match.group(4) else "tma", bool(match.group(5)), promote=promote)
 
@@ -580,9 +581,9 @@ class CudaKnobs:
             out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")
         if (tm + tn) * tk * dtype.nbytes > 96 * 1024:
             out.append(f"tile {tm}x{tn}x{tk} needs more than 96 KiB of shared memory per stage")
-        if self.promote != 4 and dtype not in (DType.FP8_E4M3, DType.FP8_E5M2):
+        if self.promote != 1 and dtype not in (DType.FP8_E4M3, DType.FP8_E5M2):
             out.append(f"promote applies to fp8 only ({dtype.key} MMAs accumulate in fp32)")
-        elif self.promote and self.promote % max(1, tk // 32):
+        elif self.promote > 1 and self.promote % max(1, tk // 32):
             out.append(f"promote {self.promote} must be a multiple of the {tk // 32} MMAs of one K tile of {tk}")
         return out
 

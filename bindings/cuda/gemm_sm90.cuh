@@ -4,10 +4,11 @@
 // Knobs fixed at compile time (all in the variant's name): element type, layout, block
 // tile, cluster, kernel schedule (cooperative / ping-pong), epilogue (TMA / no-smem),
 // tile scheduler (persistent / stream-K) and whether misaligned operands are staged
-// through aligned copies ("pad"), and for fp8 the promotion interval: the wgmma partial
-// sums are added into separate fp32 accumulators every Promote MMAs (K 32 each; CUTLASS
-// waits for the tensor cores to drain at each), or never (Promote 0: the FP8FastAccum
-// schedules, the tensor core's own accumulator only). Run-time arguments: sizes, leading dimensions, alpha,
+// through aligned copies ("pad"), and for fp8 how the wgmma partial sums reach separate
+// fp32 accumulators: Promote 1, every K tile through our two-buffer mainloop
+// (fp8_mainloop.cuh); N > 1, every N MMAs of K 32 through CUTLASS's fp8 mainloop (which
+// drains the tensor cores at each); 0, never (the FP8FastAccum schedules, the tensor core's
+// own accumulator only: run only when named). Run-time arguments: sizes, leading dimensions, alpha,
 // stream-K reduction mode (atomic = Nondeterministic, deterministic = turnstile) and the
 // split count.
 #pragma once
@@ -27,6 +28,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "cuda/cutlass_start.cuh"
+#include "cuda/fp8_mainloop.cuh"
 #include "dispatcher.hpp"
 #include "tiledispatch/device.hpp"
 #include "tiledispatch/kernel.hpp"
@@ -44,7 +46,7 @@ inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 template <int DType, int LayoutCode, bool Streamk, int Reduction, int TM, int TN, int TK, int CM, int CN,
-          bool Pingpong, bool NoSmem, bool Pad, int Promote = 4>
+          bool Pingpong, bool NoSmem, bool Pad, int Promote = 1>
 struct Sm90Gemm {
     using In = typename Element<DType>::in;
     using Out = typename Element<DType>::out;
@@ -59,7 +61,7 @@ struct Sm90Gemm {
 
     using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
     using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
-    static_assert(Promote == 4 || fp8, "the promotion interval applies to fp8 only");
+    static_assert(Promote == 1 || fp8, "the promotion interval applies to fp8 only");
     static constexpr bool fast_accum = fp8 && Promote == 0;
     using KernelSchedule = std::conditional_t<
         fast_accum,
@@ -77,11 +79,13 @@ struct Sm90Gemm {
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, Out, LayoutC, kAlignOut, Out, LayoutC,
         kAlignOut, EpilogueSchedule>::CollectiveOp;
-    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, In, LayoutA, kAlignIn, In, LayoutB, kAlignIn, float,
         TileShape, ClusterShape,
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
         KernelSchedule>::CollectiveOp;
+    static constexpr bool two_buffer = fp8 && Promote == 1;
+    using Mainloop = typename TwoBufferIf<BuiltMainloop, two_buffer>::type;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
     using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
     using StrideA = typename Kernel::StrideA;
@@ -173,7 +177,7 @@ struct Sm90Gemm {
                                       {static_cast<const In*>(a), sa, static_cast<const In*>(b), sb},
                                       {{}, static_cast<const Out*>(c), sc, static_cast<Out*>(c), sc},
                                       hw};
-        if constexpr (fp8 && !fast_accum) args.mainloop.mma_promotion_interval = Promote;
+        if constexpr (fp8 && Promote > 1) args.mainloop.mma_promotion_interval = Promote;
         args.epilogue.thread.alpha = p.alpha;
         args.epilogue.thread.beta = 0.0f;
         using Raster = decltype(args.scheduler.raster_order);

@@ -6,5 +6,5 @@ namespace td {
 extern const GemmKernel kernel_gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a;
 const GemmKernel kernel_gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a =
     cuda::Sm90Gemm<2, 0, true, 0, 128, 256, 64,
-                   2, 1, false, false, false, 4>::entry("gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a");
+                   2, 1, false, false, false, 1>::entry("gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a");
 }  // namespace td
