@@ -99,7 +99,7 @@ def test_filter_globs_select_by_name():
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     every = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
     configs = [c for c in every if c.op == "gemm"]
-    assert len(configs) == 47  # 19 bf16 rcr (bench/RESULTS.md), their 19 fp16 twins, 9 others
+    assert len(configs) == 48  # 19 bf16 rcr (bench/RESULTS.md), their 19 fp16 twins, 10 others
     bf16 = {c.name for c in configs if c.dtype is DType.BF16 and c.layout is Layout.RCR}
     fp16 = {c.name for c in configs if c.dtype is DType.FP16}
     assert {n.replace("_bf16_", "_fp16_") for n in bf16} == fp16  # the bf16 table serves fp16
@@ -388,3 +388,42 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
 def test_bad_sm90a_conv_variants_name_file_and_line(tmp_path, knobs, tile, why):
     path, message = sm90_conv_manifest_error(tmp_path, knobs, tile)
     assert why in message and str(path) + ":" in message
+
+
+def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mainloop():
+    """promote: tile (our two-buffer mainloop, no name token), N (CUTLASS's fp8 mainloop
+    every N MMAs: _pN), fast (_fastacc, run only when named)."""
+    configs = expand(load_manifest(ROOT / "bench/sweeps/sm90_fp8.yaml"), ["sm_90a"]).configs
+    by_name = {c.name: c for c in configs}
+    assert by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_sm90a"].knobs.promote == 1
+    assert by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"].knobs.promote == 8
+    assert by_name["gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_fastacc_sm90a"].knobs.promote == 0
+    for c in configs:
+        assert config_from_name(c.name) == c
+    fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
+           if c.op == "gemm" and c.dtype.nbytes == 1]
+    assert len(fp8) == 7 and all(c.knobs.promote == 1 for c in fp8)
+    assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
+
+
+FP8_GROUP = """\
+schema_version: 1
+gemm:
+  - dtype: fp8_e4m3
+    layout: rcr
+    tile: [128, 128, 128]
+    targets: [sm_90a]
+"""
+
+
+@pytest.mark.parametrize("text, message", [
+    (FP8_GROUP + "    cuda: {promote: 6}\n", "promote 6 not one of tile, 4, 8, 12, 16, 24, 32 or fast"),
+    (FP8_GROUP + "    cuda: {promote: 0}\n", "promote must be tile, 4, 8, 12, 16, 24, 32 or fast, got 0"),
+    (FP8_GROUP + "    cuda: {promote: sometimes}\n", "promote must be tile, 4, 8, 12, 16, 24, 32 or fast"),
+    (FP8_GROUP.replace("fp8_e4m3", "bf16").replace("128, 128, 128", "128, 128, 64") + "    cuda: {promote: 8}\n",
+     "promote applies to fp8 only"),
+])
+def test_bad_fp8_promote_names_file_and_line(text, message):
+    with pytest.raises(ManifestError) as info:
+        expand(parse(text), ["sm_90a"])
+    assert str(info.value).startswith("kernels.yaml:7: ") and message in str(info.value), str(info.value)
