@@ -464,9 +464,15 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const T* dbase = dy + (int64_t)chunk * pl.bc + (threadIdx.x & (units - 1)) * 8;
     const int valid = pl.th * pl.tw;
 
-    float acc[MAXT][2][4];
+    // 8 channels per group: the two real groups of a virtual group are its two n8 halves,
+    // and two of the warp's taps fill the MMA's M instead of the 16 k: A = x^T, rows (tap
+    // half, c), from the input tile at the two taps; B = dy, the group's 8 k. The MMAs on the
+    // zero blocks between the groups (half of them with k in M) are gone.
+    constexpr bool kPairs = CPG == 8;
+    constexpr int NACC = kPairs ? MAXT / 2 : MAXT;  // accumulator sets: tap pairs, or taps
+    float acc[NACC][2][4];
 #pragma unroll
-    for (int i = 0; i < MAXT; ++i)
+    for (int i = 0; i < NACC; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -495,9 +501,20 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     // this warp's taps t0 + i tstep (i < ntap) and their byte offsets, read once
     __syncthreads();  // the tables are written
     const int ntap = t0 < g.taps ? min(MAXT, (g.taps - t0 + tstep - 1) / tstep) : 0;
-    unsigned toff[MAXT];
+    unsigned toff[NACC];
 #pragma unroll
-    for (int i = 0; i < MAXT; ++i) toff[i] = i < ntap ? (unsigned)tapoff[t0 + i * tstep] : 0u;
+    for (int i = 0; i < NACC; ++i) {
+        if constexpr (kPairs) {  // this lane's half of pair i (an odd last tap: its first, results unused)
+            const int mine = 2 * i + (mat & 1) < ntap ? 2 * i + (mat & 1) : 2 * i;
+            toff[i] = mine < ntap ? (unsigned)tapoff[t0 + mine * tstep] : 0u;
+        } else {
+            toff[i] = i < ntap ? (unsigned)tapoff[t0 + i * tstep] : 0u;
+        }
+    }
+    // pairs: B = dy (16 pixels x 16 k): matrix (pixel half mat & 1, group mat >> 1); A = x^T:
+    // matrix (tap half mat & 1, pixel half mat >> 1) at this lane's pixel row
+    const unsigned d_off = (unsigned)(pl.in_bytes + (row + 8 * (mat & 1)) * pl.pitch + (vg * 16 + 8 * (mat >> 1)) * 2);
+    const int x_px = row + 8 * (mat >> 1);
     const bool ahead = pl.stages > 1;
     if (ahead && first < last) load(first, 0);
     for (int64_t ti = first; ti < last; ++ti) {
@@ -515,18 +532,37 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         __syncthreads();
         const unsigned stage_s = smem_s + (unsigned)(st * stage_bytes);
         const unsigned a_base = stage_s + a_off, b_chan = stage_s + b_off;
-        for (int mt = 0; mt < mtiles; ++mt) {
-            uint32_t a[4];
-            ldsm_x4_trans(a, a_base + (unsigned)(mt * 16 * pl.pitch));
-            const unsigned px = b_chan + (unsigned)pixoff[mt * 16 + b_px];
-#pragma unroll
-            for (int i = 0; i < MAXT; ++i) {
-                if (i >= ntap) break;  // warp-uniform
+        if constexpr (kPairs) {
+            const unsigned d_base = stage_s + d_off, x_chan = stage_s + (unsigned)(vg * 32);
+            for (int mt = 0; mt < mtiles; ++mt) {
                 uint32_t bq[4];
-                ldsm_x4_trans(bq, px + toff[i]);
+                ldsm_x4_trans(bq, d_base + (unsigned)(mt * 16 * pl.pitch));
                 const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
-                mma16816<T>(acc[i][0], a, b0);
-                mma16816<T>(acc[i][1], a, b1);
+                const unsigned px = x_chan + (unsigned)pixoff[mt * 16 + x_px];
+#pragma unroll
+                for (int i = 0; i < NACC; ++i) {
+                    if (2 * i >= ntap) break;  // warp-uniform
+                    uint32_t a0[4], a1[4];
+                    ldsm_x4_trans(a0, px + toff[i]);
+                    ldsm_x4_trans(a1, px + toff[i] + 16);
+                    mma16816<T>(acc[i][0], a0, b0);
+                    mma16816<T>(acc[i][1], a1, b1);
+                }
+            }
+        } else {
+            for (int mt = 0; mt < mtiles; ++mt) {
+                uint32_t a[4];
+                ldsm_x4_trans(a, a_base + (unsigned)(mt * 16 * pl.pitch));
+                const unsigned px = b_chan + (unsigned)pixoff[mt * 16 + b_px];
+#pragma unroll
+                for (int i = 0; i < MAXT; ++i) {
+                    if (i >= ntap) break;  // warp-uniform
+                    uint32_t bq[4];
+                    ldsm_x4_trans(bq, px + toff[i]);
+                    const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
+                    mma16816<T>(acc[i][0], a, b0);
+                    mma16816<T>(acc[i][1], a, b1);
+                }
             }
         }
     }
@@ -534,19 +570,34 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
     float* prow = partial + (int64_t)band * elems;
     const int q = lane & 3, r = lane >> 2;
+    if constexpr (kPairs) {  // acc[i][j]: rows (tap half e >> 1, c = r), columns k = 2q + (e & 1) of group j
 #pragma unroll
-    for (int i = 0; i < MAXT; ++i) {
-        const int tap = t0 + i * tstep;
-        if (tap >= g.taps) break;
+        for (int i = 0; i < NACC; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int k = r + 8 * (e >> 1), c = 8 * j + 2 * q + (e & 1);
-                if (k / CPG != c / CPG) continue;  // across real groups: not a weight
-                const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16 + k) / CPG;
-                prow[((grp * CPG + k % CPG) * g.taps + tap) * CPG + c % CPG] = acc[i][j][e];
-            }
+                for (int e = 0; e < 4; ++e) {
+                    const int ti = 2 * i + (e >> 1);
+                    if (ti >= ntap) continue;
+                    const int tap = t0 + ti * tstep, k = 2 * q + (e & 1);
+                    const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16) / 8 + j;
+                    prow[((grp * 8 + k) * g.taps + tap) * 8 + r] = acc[i][j][e];
+                }
+    } else {
+#pragma unroll
+        for (int i = 0; i < MAXT; ++i) {
+            const int tap = t0 + i * tstep;
+            if (tap >= g.taps) break;
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int k = r + 8 * (e >> 1), c = 8 * j + 2 * q + (e & 1);
+                    if (k / CPG != c / CPG) continue;  // across real groups: not a weight
+                    const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16 + k) / CPG;
+                    prow[((grp * CPG + k % CPG) * g.taps + tap) * CPG + c % CPG] = acc[i][j][e];
+                }
+        }
     }
 }
 
