@@ -17,7 +17,9 @@
 //              transposed (pad' = dil (F - 1) - pad), as conv_tiled.cuh does.
 //   bwd_weight D[k][c] (one 16-channel virtual group, one tap) = sum over pixels of
 //              dy[pixel][k] * x[in(pixel, tap)][c]: both operands from the tiles through
-//              ldmatrix.trans; a warp owns (virtual group, up to MAXT taps) and keeps their
+//              ldmatrix.trans (at 4 and 8 channels per group transposed, D[(tap pair, c)][k]
+//              per 8 channels: two taps in M, dy as B, fewer MMAs on the zeros between real
+//              groups); a warp owns (virtual group, up to MAXT taps) and keeps their
 //              sums in registers across the block's band of tiles; each band writes one
 //              fp32 partial row; conv_bwd_weight_reduce adds the rows in a fixed order.
 // A forward block walks a band of tiles too: weights loaded once, the next tile's copy
@@ -464,11 +466,12 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const T* dbase = dy + (int64_t)chunk * pl.bc + (threadIdx.x & (units - 1)) * 8;
     const int valid = pl.th * pl.tw;
 
-    // 8 channels per group: the two real groups of a virtual group are its two n8 halves,
-    // and two of the warp's taps fill the MMA's M instead of the 16 k: A = x^T, rows (tap
-    // half, c), from the input tile at the two taps; B = dy, the group's 8 k. The MMAs on the
-    // zero blocks between the groups (half of them with k in M) are gone.
-    constexpr bool kPairs = CPG == 8;
+    // 4 and 8 channels per group: two of the warp's taps fill the MMA's M instead of the 16
+    // k: A = x^T, rows (tap half, 8 c), from the input tile at the two taps; B = dy, the same
+    // 8 channels as k (each n8 half of the virtual group is one MMA). At 8 channels per group
+    // an 8 x 8 block is one real group, so no MMA works on the zero blocks between groups
+    // (half of them with 16 k in M); at 4, half of each block is a weight (a quarter before).
+    constexpr bool kPairs = CPG == 8 || CPG == 4;
     constexpr int NACC = kPairs ? MAXT / 2 : MAXT;  // accumulator sets: tap pairs, or taps
     float acc[NACC][2][4];
 #pragma unroll
@@ -570,18 +573,18 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
     float* prow = partial + (int64_t)band * elems;
     const int q = lane & 3, r = lane >> 2;
-    if constexpr (kPairs) {  // acc[i][j]: rows (tap half e >> 1, c = r), columns k = 2q + (e & 1) of group j
+    if constexpr (kPairs) {  // acc[i][j]: rows (tap half e >> 1, c = 8j + r), columns k = 8j + 2q + (e & 1)
 #pragma unroll
         for (int i = 0; i < NACC; ++i)
 #pragma unroll
             for (int j = 0; j < 2; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int ti = 2 * i + (e >> 1);
-                    if (ti >= ntap) continue;
-                    const int tap = t0 + ti * tstep, k = 2 * q + (e & 1);
-                    const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16) / 8 + j;
-                    prow[((grp * 8 + k) * g.taps + tap) * 8 + r] = acc[i][j][e];
+                    const int ti = 2 * i + (e >> 1), k = 2 * q + (e & 1);
+                    if (ti >= ntap || k / CPG != r / CPG) continue;  // across real groups: not a weight
+                    const int tap = t0 + ti * tstep;
+                    const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16 + 8 * j + r) / CPG;
+                    prow[((grp * CPG + k % CPG) * g.taps + tap) * CPG + r % CPG] = acc[i][j][e];
                 }
     } else {
 #pragma unroll
