@@ -192,7 +192,7 @@ struct ConvKernelImpl {
     }
 
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, streamk ? 1 : -1, TM, TN, TK, MR, NR, 0, 0},
+        return ConvKernel{{name, DType, Ndim, Direction, streamk ? 1 : -1, TM, TN, TK, MR, NR, 0, 0, 0},
                           &supports, &workspace_size, &run};
     }
 };

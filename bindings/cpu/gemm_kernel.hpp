@@ -136,7 +136,7 @@ struct GemmKernelImpl {
 
     static constexpr GemmKernel entry(const char* name) {
         return GemmKernel{{name, DType, LayoutCode, Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN,
-                           TK, MR, NR, 0, 0},
+                           TK, MR, NR, 0, 0, 0},
                           &supports, &workspace_size, &run};
     }
 };

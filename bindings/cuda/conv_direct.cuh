@@ -985,7 +985,7 @@ struct Sm90DirectConv {
     // schedule 2 = direct convolution.
     static constexpr ConvKernel entry(const char* name) {
         return ConvKernel{{name, DType, Ndim, Direction, Direction == TD_CONV_BWD_WEIGHT ? 1 : -1, PW, VC, Threads,
-                           CPG, 0, 2, 0},
+                           CPG, 0, 2, 0, 0},
                           &supports, &workspace_size, &run};
     }
 };

@@ -170,7 +170,7 @@ struct Sm90GemmConv {
 
     // KernelInfo: schedule 4 = dense convolution through a CUTLASS GEMM; cluster in micro.
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, TN, TK, CM, CN, 4, 0}, &supports, &workspace_size, &run};
+        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, TN, TK, CM, CN, 4, 0, 0}, &supports, &workspace_size, &run};
     }
 };
 

@@ -329,7 +329,7 @@ struct Sm90ImplicitConv {
     // KernelInfo: schedule 5 = dense convolution through CUTLASS's implicit-GEMM convolution;
     // `reduction` carries the batch split (-1: none).
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, Split > 1 ? Split : -1, TM, TN, TK, CM, CN, 5, 0},
+        return ConvKernel{{name, DType, Ndim, Direction, Split > 1 ? Split : -1, TM, TN, TK, CM, CN, 5, 0, 0},
                           &supports, &workspace_size, &run};
     }
 };

@@ -203,7 +203,7 @@ struct Sm90MmaConv {
 
     // KernelInfo: schedule 3 = tensor-core convolution, micro_m = channels per group.
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, 8 * ((CPG + 7) / 8), 16, CPG, 0, 3, 0},
+        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, 8 * ((CPG + 7) / 8), 16, CPG, 0, 3, 0, 0},
                           &supports, &workspace_size, &run};
     }
 };

@@ -179,7 +179,7 @@ struct HipGemm {
     // __constant__ in HIP and drag the host functions into the device link.
     static GemmKernel entry(const char* name) {
         return GemmKernel{{name, DT, Layout, Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN, TK, WM, WN,
-                           (DoubleBuf ? 1 : 0) + (Interwave ? 2 : 0), Pad ? 1 : 0},
+                           (DoubleBuf ? 1 : 0) + (Interwave ? 2 : 0), Pad ? 1 : 0, 0},
                           &supports, &workspace_size, &run};
     }
 };
@@ -236,7 +236,7 @@ struct HipConv {
 
     static ConvKernel entry(const char* name) {
         return ConvKernel{{name, DT, Ndim, Direction, -1, TM, TN, TK, WM, WN, (DoubleBuf ? 1 : 0) + (Interwave ? 2 : 0),
-                           Pad ? 1 : 0},
+                           Pad ? 1 : 0, 0},
                           &supports, &workspace_size, &run};
     }
 };
