@@ -21,6 +21,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
@@ -234,6 +235,35 @@ struct Sm90Gemm {
         return TD_OK;
     }
 
+    // Launches an initialized GEMM again. CUTLASS's run() calls cudaFuncSetAttribute(
+    // NonPortableClusterSizeAllowed) before every cluster launch, a driver call each time;
+    // our clusters (at most 2 x 2) are portable sizes and need no attribute, so the repeated
+    // launch is built here: the grid, block and shared memory CUTLASS's run() uses, the
+    // cluster shape as a launch attribute.
+    static int relaunch(const Gemm& gemm, cudaStream_t stream) {
+        const cudaError_t pending = cudaGetLastError();  // as cutlass_run: a stale error is not ours
+        auto& params = gemm.params();
+        cudaLaunchConfig_t config{};
+        config.gridDim = Gemm::get_grid_shape(params);
+        config.blockDim = Kernel::get_block_shape();
+        config.dynamicSmemBytes = Kernel::SharedStorageSize;
+        config.stream = stream;
+        cudaLaunchAttribute cluster[1];
+        cluster[0].id = cudaLaunchAttributeClusterDimension;
+        cluster[0].val.clusterDim.x = CM;
+        cluster[0].val.clusterDim.y = CN;
+        cluster[0].val.clusterDim.z = 1;
+        config.attrs = cluster;
+        config.numAttrs = CM * CN > 1 ? 1 : 0;
+        void* args[] = {const_cast<void*>(static_cast<const void*>(&params))};
+        const cudaError_t err =
+            cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args);
+        if (err == cudaSuccess) return TD_OK;
+        std::string why = std::string("kernel launch failed: ") + cudaGetErrorString(err);
+        if (pending != cudaSuccess) why += std::string("; an earlier CUDA error was pending: ") + cudaGetErrorName(pending);
+        return fail(TD_ERROR, why);
+    }
+
     static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
                    void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
@@ -281,7 +311,7 @@ struct Sm90Gemm {
         const bool reusable = lib_bytes == 0 && cudaGetDevice(&device) == cudaSuccess;
         if (reusable && last.valid && same_problem(last.p, p) && last.a == ka && last.b == kb && last.c == kc &&
             last.stream == stream && last.device == device) {
-            if (int st = cutlass_run(last.gemm, stream)) return st;
+            if (int st = relaunch(last.gemm, stream)) return st;
         } else {
             last.valid = false;
             if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream))
