@@ -754,6 +754,12 @@ class GemmKernelConfig:
         return backend_of(self.target)
 
     @property
+    def named_only(self) -> bool:
+        """Never picked, run only when named (KernelInfo.named_only in C): fp8 fast
+        accumulation, a less precise contract than the other kernels'."""
+        return getattr(self.knobs, "promote", 1) == 0
+
+    @property
     def variant_token(self) -> str:
         if self.variant is GemmVariant.STANDARD:
             return "standard"

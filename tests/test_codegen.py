@@ -400,6 +400,7 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
     assert by_name["gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_fastacc_sm90a"].knobs.promote == 0
     for c in configs:
         assert config_from_name(c.name) == c
+        assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1]
     assert len(fp8) == 7 and all(c.knobs.promote == 1 for c in fp8)

@@ -128,6 +128,20 @@ def test_misaligned_problems_are_served_or_refused_never_wrong(gen):
         assert info.value.status == -2
 
 
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.named_only], ids=lambda k: k.name)
+def test_named_only_kernels_run_when_named_and_are_never_picked(kernel, gen):
+    """fp8 fast accumulation (promote: fast; none in kernels.yaml, built by the opt-in
+    bench/sweeps/sm90_fp8.yaml): correct when named, never the dispatcher's choice."""
+    check(kernel, 256, 256, 512, gen)
+    d = td.Dispatcher("gemm", GPU)
+    for M, N, K in ((256, 256, 512), (4096, 4096, 4096), (128, 4096, 14336)):
+        try:
+            pick = d.select(td.GemmProblem(M, N, K, kernel.dtype, kernel.layout))
+        except td.UnsupportedProblemError:
+            pick = None
+        assert pick != kernel.name
+
+
 def test_unsupported_dtype_is_minus_2():
     d = td.Dispatcher("gemm", GPU)
     with pytest.raises(td.UnsupportedProblemError) as info:

@@ -88,7 +88,8 @@ class Dispatcher:
         if not paths:
             return None
         if self._names is None:
-            self._names = {k.name for k in self.kernels}
+            # named-only kernels (fp8 fast accumulation) are never picked, by a table either
+            self._names = {k.name for k in self.kernels if not getattr(k, "named_only", False)}
         key = (paths, problem)
         if key not in self._tuned:
             if len(self._tuned) > 4096:
