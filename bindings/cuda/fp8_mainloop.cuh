@@ -5,8 +5,9 @@
 // of each K tile (128) into separate fp32 registers. CUTLASS's fp8 mainloop
 // (MainloopSm90TmaGmmaWarpSpecializedFP8, interval 4) does that with one set of partial
 // registers: it must wait for every MMA in flight (warpgroup_wait<0>) before each addition,
-// so the tensor cores idle once per K tile. Measured on the H200 at 4096^3: 1152 TFLOP/s
-// at interval 4 against 1276 at interval 8 and cuBLASLt's 1338 (bench/RESULTS.md).
+// so the tensor cores idle once per K tile. H200, 4096^3, 128x128x128 c1x2 in one run
+// (bench/RESULTS.md): CUTLASS interval 4 1143 TFLOP/s, interval 8 1274 (less precise),
+// this mainloop 1287, cuBLASLt 1336.
 //
 // This mainloop keeps two sets of partial registers and alternates them by K tile: the
 // MMAs of tile t write one set while the CUDA cores add tile t-1's set into the fp32
@@ -131,7 +132,9 @@ struct CollectiveMma<td::cuda::Fp8TwoBufferPolicy<Stages, ClusterShape, KernelSc
         if (k_tile_count <= 0) return;
         // part0 is in flight at the top of every step, from before the loop or from the
         // step before: one control-flow merge with MMAs in flight, as in CUTLASS's own
-        // mainloops, and each exit drains the tensor cores before leaving.
+        // mainloops, and each exit drains the tensor cores before leaving. (Branches that
+        // merged with different sets in flight made ptxas serialize every wgmma, C7514;
+        // this form leaves one wait ptxas adds before the loop, C7517: one drain per tile.)
         issue(part0);
         int remaining = k_tile_count - 1;
         CUTLASS_PRAGMA_NO_UNROLL
