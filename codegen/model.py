@@ -379,10 +379,13 @@ class CudaKnobs:
                              "kernel schedule)")
         if "split" in values and algorithm != "implicit":
             raise ValueError("split applies only to algorithm implicit")
-        promote = {"tile": 1, "fast": 0}.get(values.get("promote", "tile"), values.get("promote"))
-        if not isinstance(promote, int) or isinstance(promote, bool) or promote in (0, 1) and \
-                values.get("promote") not in (None, "tile", "fast"):
-            raise ValueError(f"promote must be tile, 4, 8, 12, 16, 24, 32 or fast, got {values.get('promote')!r}")
+        raw = values.get("promote", "tile")
+        if isinstance(raw, str) and raw in ("tile", "fast"):
+            promote = 1 if raw == "tile" else 0
+        elif isinstance(raw, int) and not isinstance(raw, bool) and raw > 1:
+            promote = raw  # the allowed intervals: __post_init__
+        else:
+            raise ValueError(f"promote must be tile, 4, 8, 12, 16, 24, 32 or fast, got {raw!r}")
         return cls(cluster[0], cluster[1], values.get("schedule", "cooperative"),
                    values.get("epilogue", "tma"), misaligned == "pad", algorithm, split=values.get("split", 1),
                    promote=promote)

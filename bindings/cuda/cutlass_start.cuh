@@ -15,15 +15,20 @@ namespace td::cuda {
 // Launches an initialized operator. CUTLASS judges its launch by cudaGetLastError(), so an
 // error left pending by an earlier call of this library would fail a good launch: it is
 // cleared first. A failed launch names its grid (CUTLASS has already read the CUDA error).
+// TD_ERROR for a failed launch: why, and the CUDA error that was pending before it, if any.
+inline int launch_failed(std::string why, cudaError_t pending) {
+    if (pending != cudaSuccess) why += std::string("; an earlier CUDA error was pending: ") + cudaGetErrorName(pending);
+    return fail(TD_ERROR, why);
+}
+
 template <class Op>
 int cutlass_run(Op& op, cudaStream_t stream) {
     const cudaError_t pending = cudaGetLastError();
     if (op.run(stream) == cutlass::Status::kSuccess) return TD_OK;
     const dim3 grid = Op::get_grid_shape(op.params());
-    std::string why = "kernel launch failed (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" +
-                      std::to_string(grid.z) + ")";
-    if (pending != cudaSuccess) why += std::string("; an earlier CUDA error was pending: ") + cudaGetErrorName(pending);
-    return fail(TD_ERROR, why);
+    return launch_failed("kernel launch failed (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) +
+                             "x" + std::to_string(grid.z) + ")",
+                         pending);
 }
 
 template <class Op>

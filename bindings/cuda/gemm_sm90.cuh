@@ -259,9 +259,7 @@ struct Sm90Gemm {
         const cudaError_t err =
             cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args);
         if (err == cudaSuccess) return TD_OK;
-        std::string why = std::string("kernel launch failed: ") + cudaGetErrorString(err);
-        if (pending != cudaSuccess) why += std::string("; an earlier CUDA error was pending: ") + cudaGetErrorName(pending);
-        return fail(TD_ERROR, why);
+        return launch_failed(std::string("kernel launch failed: ") + cudaGetErrorString(err), pending);
     }
 
     static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
