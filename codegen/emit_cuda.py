@@ -1,5 +1,5 @@
 """cuda backend emitter: one .cu source per variant, instantiating bindings/cuda/gemm_sm90.cuh
-(GEMM through CUTLASS), conv_direct.cuh and conv_depthwise.cuh (our direct convolutions), conv_mma.cuh and conv_mma_tiled.cuh
+(GEMM through CUTLASS), conv_direct.cuh and conv_depthwise.cuh (our direct convolutions), conv_depthwise_mma.cuh, conv_mma.cuh and conv_mma_tiled.cuh
 (tensor-core convolutions), conv_gemm.cuh (dense convolution through a CUTLASS GEMM) or conv_implicit.cuh
 (dense convolution through CUTLASS's implicit-GEMM convolution)."""
 from __future__ import annotations
@@ -29,6 +29,10 @@ def emit(config) -> str:
             rows, cols, chans = config.tile
             return definition(config, "cuda/conv_depthwise.cuh",
                               f"cuda::Sm90DwConv<{head}, {rows}, {cols}, {chans}>")
+        if k.algorithm == "depthwise_mma":
+            rows, cols, chans = config.tile
+            return definition(config, "cuda/conv_depthwise_mma.cuh",
+                              f"cuda::Sm90DwMmaConv<{head}, {rows}, {cols}, {chans}>")
         if k.algorithm == "mma":
             return definition(config, "cuda/conv_mma.cuh",
                               f"cuda::Sm90MmaConv<{head}, {k.channels_per_group}, {config.tile[0]}>")

@@ -301,21 +301,25 @@ class CudaKnobs:
     (output pixels per thread, channels per thread, threads per block).
     algorithm `depthwise` (convolution, one channel per group, stride 1, dilation 1, 1D and
     2D): kernels compiled per filter size (bindings/cuda/conv_depthwise.cuh); tile = (output
-    rows, output columns, channels per thread)."""
+    rows, output columns, channels per thread).
+    algorithm `depthwise_mma` (the same problems, 2D, fwd and bwd_data): depthwise on tensor
+    cores, a Toeplitz matrix of each filter row as the MMA's B
+    (bindings/cuda/conv_depthwise_mma.cuh); tile = (output rows, output columns, channels
+    per block)."""
 
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
-    algorithm: str = "cutlass"     # cutlass | direct | depthwise | mma | tiled_mma | im2col | implicit
+    algorithm: str = "cutlass"     # cutlass | direct | depthwise | depthwise_mma | mma | tiled_mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 1, 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
     promote: int = 1               # fp8 GEMM: 1 = tile (ours), N = CUTLASS every N MMAs, 0 = fast (never)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct", "depthwise", "mma", "tiled_mma", "im2col", "implicit")
+    ALGORITHMS = ("cutlass", "direct", "depthwise", "depthwise_mma", "mma", "tiled_mma", "im2col", "implicit")
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
     TILED_MMA_CPG = (1, 2, 4, 8, 16)
@@ -330,8 +334,8 @@ class CudaKnobs:
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
-            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, depthwise, mma, "
-                             "tiled_mma, im2col or implicit)")
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, depthwise, "
+                             "depthwise_mma, mma, tiled_mma, im2col or implicit)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
@@ -350,12 +354,12 @@ class CudaKnobs:
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
         algorithm = values.get("algorithm", "cutlass")
-        if algorithm == "depthwise":
+        if algorithm in ("depthwise", "depthwise_mma"):
             extra = set(values) - {"algorithm"}
             if extra:
-                raise ValueError(f"the depthwise algorithm takes no {', '.join(sorted(extra))} (it is one channel "
+                raise ValueError(f"the {algorithm} algorithm takes no {', '.join(sorted(extra))} (it is one channel "
                                  "per group by definition)")
-            return cls(algorithm="depthwise")
+            return cls(algorithm=algorithm)
         if algorithm in ("direct", "mma", "tiled_mma"):
             extra = set(values) - {"algorithm", "channels_per_group"}
             if extra:
@@ -394,6 +398,8 @@ class CudaKnobs:
     def token(self) -> str:
         if self.algorithm == "depthwise":
             return "dw"
+        if self.algorithm == "depthwise_mma":
+            return "dwmma"
         if self.algorithm == "direct":
             return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
         if self.algorithm == "mma":
@@ -417,6 +423,8 @@ class CudaKnobs:
     def from_token(cls, token: str) -> "CudaKnobs":
         if token == "dw":
             return cls(algorithm="depthwise")
+        if token == "dwmma":
+            return cls(algorithm="depthwise_mma")
         direct = re.fullmatch(r"direct_(?:cpg(\d+)|anycpg)", token)
         if direct:
             return cls(algorithm="direct", channels_per_group=int(direct.group(1) or 0))
@@ -450,6 +458,8 @@ class CudaKnobs:
     def _direct_problems(self, dtype, direction, tile, layout=None) -> list[str]:
         if self.algorithm == "depthwise":
             return self._depthwise_problems(dtype, direction, tile, layout)
+        if self.algorithm == "depthwise_mma":
+            return self._depthwise_mma_problems(dtype, direction, tile, layout)
         if self.algorithm == "mma":
             return self._mma_problems(dtype, direction, tile)
         if self.algorithm == "tiled_mma":
@@ -470,8 +480,8 @@ class CudaKnobs:
                 out.append("split (a batch split with fp32 partials) applies to bwd_weight only")
             return out
         if self.algorithm != "direct":
-            return ["convolution on the cuda backend uses algorithm direct, depthwise, mma, tiled_mma, im2col or "
-                    "implicit"]
+            return ["convolution on the cuda backend uses algorithm direct, depthwise, depthwise_mma, mma, tiled_mma, "
+                    "im2col or implicit"]
         out = []
         pixels, chans, threads = tile
         cpg = self.channels_per_group
@@ -546,6 +556,21 @@ class CudaKnobs:
             out.append(f"depthwise tile must be [1..4 rows, 1..8 columns, 2|4|8 channels], not {list(tile)}")
         elif direction is not Direction.BWD_WEIGHT and rows * cols * chans > 64:
             out.append(f"{rows} x {cols} x {chans} is more than 64 values per thread")
+        return out
+
+    def _depthwise_mma_problems(self, dtype, direction, tile, layout) -> list[str]:
+        """Tensor-core depthwise kernels (bindings/cuda/conv_depthwise_mma.cuh): tile = (16 or
+        32 output rows, 16, 32 or 64 output columns, 8, 16 or 32 channels per block); 2D,
+        fwd and bwd_data."""
+        out = []
+        if dtype not in (DType.FP16, DType.BF16):
+            out.append(f"depthwise_mma convolution kernels take fp16 or bf16, not {dtype.key}")
+        if layout is not None and layout.ndim != 2:
+            out.append("the depthwise_mma kernels take the 2D layout only")
+        if direction is Direction.BWD_WEIGHT:
+            out.append("the depthwise_mma kernels compute fwd and bwd_data (bwd_weight: algorithm depthwise)")
+        if tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32):
+            out.append(f"depthwise_mma tile must be [16|32 rows, 16|32|64 columns, 8|16|32 channels], not {list(tile)}")
         return out
 
     def _cutlass_tile_problems(self, dtype, tile) -> list[str]:
@@ -819,8 +844,8 @@ def knobs_dict(knobs) -> dict:
     if knobs.algorithm == "implicit":
         return {"algorithm": "implicit", "cluster": [knobs.cluster_m, knobs.cluster_n],
                 **({"split": knobs.split} if knobs.split > 1 else {})}
-    if knobs.algorithm == "depthwise":
-        return {"algorithm": "depthwise"}
+    if knobs.algorithm in ("depthwise", "depthwise_mma"):
+        return {"algorithm": knobs.algorithm}
     if knobs.algorithm in ("direct", "mma", "tiled_mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,

@@ -325,6 +325,29 @@ def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile,
     assert why in message and str(path) + ":8" in message
 
 
+@pytest.mark.parametrize("layout, direction, tile, knobs, why", [
+    ("NWGC", "fwd", "[16, 32, 16]", "{algorithm: depthwise_mma}", "the depthwise_mma kernels take the 2D layout only"),
+    ("NDHWGC", "bwd_data", "[16, 32, 16]", "{algorithm: depthwise_mma}", "the 2D layout only"),
+    ("NHWGC", "bwd_weight", "[16, 32, 16]", "{algorithm: depthwise_mma}", "compute fwd and bwd_data"),
+    ("NHWGC", "fwd", "[8, 32, 16]", "{algorithm: depthwise_mma}", "depthwise_mma tile must be [16|32 rows"),
+    ("NHWGC", "fwd", "[16, 48, 16]", "{algorithm: depthwise_mma}", "16|32|64 columns"),
+    ("NHWGC", "fwd", "[16, 32, 4]", "{algorithm: depthwise_mma}", "8|16|32 channels"),
+    ("NHWGC", "fwd", "[16, 32, 16]", "{algorithm: depthwise_mma, cluster: [1, 2]}", "takes no cluster"),
+])
+def test_bad_depthwise_mma_variants_name_the_rule(tmp_path, layout, direction, tile, knobs, why):
+    path, message = sm90_conv_manifest_error(tmp_path, knobs, tile, direction, layout)
+    assert why in message and str(path) + ":8" in message
+
+
+def test_depthwise_mma_variants_round_trip_and_the_default_manifest_has_them():
+    configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "depthwise_mma"]
+    names = {c.name for c in configs}
+    assert names == {f"conv_{d}_nhwgc_{t}_16x32x16_dwmma_sm90a" for d in ("fwd", "bwddata") for t in ("bf16", "fp16")}
+    for c in configs:
+        assert config_from_name(c.name) == c
+        assert "cuda::Sm90DwMmaConv<" in emit_source(c) and "cuda/conv_depthwise_mma.cuh" in emit_source(c)
+
+
 def test_implicit_conv_variants_expand_and_names_round_trip():
     """CUTLASS sm90 implicit-GEMM convolution in the default manifest: every direction and
     rank, two tiles each, bf16 and fp16, names parsed back to the same config."""
@@ -369,7 +392,7 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, mma, tiled_mma, im2col or implicit"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, depthwise_mma, mma, tiled_mma, im2col or implicit"),
     ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster and split only"),
     ("{algorithm: implicit, split: 2}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
     ("{algorithm: implicit, split: 3}", "[128, 128, 64]", "split 3 not one of 1, 2, 4, 8"),

@@ -48,6 +48,8 @@ def geometry(kernel):
         return 1, 16, 24
     if kernel.knobs.algorithm == "depthwise":  # three channel vectors (sliding: 16-byte pieces)
         return (24 if is_sliding(kernel) else 3 * kernel.tile[2]), 1, 1
+    if kernel.knobs.algorithm == "depthwise_mma":  # three channel blocks
+        return 3 * kernel.tile[2], 1, 1
     cpg = kernel.knobs.channels_per_group
     if cpg == 0:
         return 3, 3, 5
@@ -197,10 +199,13 @@ def is_sliding(kernel) -> bool:
     return kernel.tile[0] > (1 if kernel.direction is Direction.BWD_WEIGHT else 4)
 
 
-def dw_takes(kernel, fil) -> bool:
-    """Whether a depthwise variant compiles this filter size: the sliding kernels only where
-    their sums, weights and input rows fit the registers and their rings 48 KB of shared
-    memory (dw_slide_fits in conv_depthwise.cuh)."""
+def dw_takes(kernel, fil, channels) -> bool:
+    """Whether a depthwise variant takes this filter size and channel count: the sliding
+    kernels only where their sums, weights and input rows fit the registers and their rings
+    48 KB of shared memory (dw_slide_fits in conv_depthwise.cuh); the tensor-core kernels
+    (conv_depthwise_mma.cuh) whole channel blocks."""
+    if kernel.knobs.algorithm == "depthwise_mma":
+        return channels % kernel.tile[2] == 0
     if not is_sliding(kernel):
         return True
     _, tw, vc = kernel.tile
@@ -213,13 +218,14 @@ def dw_takes(kernel, fil) -> bool:
     return values <= 140 and smem <= 48 * 1024
 
 
-@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "depthwise"], ids=lambda k: k.name)
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm in ("depthwise", "depthwise_mma")],
+                         ids=lambda k: k.name)
 def test_depthwise_kernels_on_many_shapes_and_filters(kernel, gen):
-    for channels in (144, 384, 40):  # 40: part of a sliding kernel's warp of 32 channel vectors idle
+    for channels in (144, 384, 40, 96):  # 40: part of a sliding kernel's warp of 32 channel vectors idle
         for N, inp, fil, pad in DW_CASES[kernel.ndim]:
             one = tuple(1 for _ in inp)
             ran = run_case(kernel, gen, N, channels, 1, 1, inp, fil, one, pad, one)
-            assert ran == dw_takes(kernel, fil), (kernel.name, channels, inp, fil)
+            assert ran == dw_takes(kernel, fil, channels), (kernel.name, channels, inp, fil)
     one = tuple(1 for _ in range(kernel.ndim))
     d = td.Dispatcher("conv", GPU)
     inp, fil = DW_CASES[kernel.ndim][0][1:3]
