@@ -560,7 +560,7 @@ class CudaKnobs:
 
     def _depthwise_mma_problems(self, dtype, direction, tile, layout) -> list[str]:
         """Tensor-core depthwise kernels (bindings/cuda/conv_depthwise_mma.cuh): tile = (16 or
-        32 output rows, 16, 32 or 64 output columns, 8, 16 or 32 channels per block); 2D,
+        32 output rows, 16, 32 or 64 output columns, 8, 16, 32 or 64 channels per block); 2D,
         fwd and bwd_data."""
         out = []
         if dtype not in (DType.FP16, DType.BF16):
@@ -569,8 +569,9 @@ class CudaKnobs:
             out.append("the depthwise_mma kernels take the 2D layout only")
         if direction is Direction.BWD_WEIGHT:
             out.append("the depthwise_mma kernels compute fwd and bwd_data (bwd_weight: algorithm depthwise)")
-        if tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32):
-            out.append(f"depthwise_mma tile must be [16|32 rows, 16|32|64 columns, 8|16|32 channels], not {list(tile)}")
+        if tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32, 64):
+            out.append(f"depthwise_mma tile must be [16|32 rows, 16|32|64 columns, 8|16|32|64 channels], "
+                       f"not {list(tile)}")
         return out
 
     def _cutlass_tile_problems(self, dtype, tile) -> list[str]:

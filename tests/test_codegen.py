@@ -331,7 +331,7 @@ def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile,
     ("NHWGC", "bwd_weight", "[16, 32, 16]", "{algorithm: depthwise_mma}", "compute fwd and bwd_data"),
     ("NHWGC", "fwd", "[8, 32, 16]", "{algorithm: depthwise_mma}", "depthwise_mma tile must be [16|32 rows"),
     ("NHWGC", "fwd", "[16, 48, 16]", "{algorithm: depthwise_mma}", "16|32|64 columns"),
-    ("NHWGC", "fwd", "[16, 32, 4]", "{algorithm: depthwise_mma}", "8|16|32 channels"),
+    ("NHWGC", "fwd", "[16, 32, 4]", "{algorithm: depthwise_mma}", "8|16|32|64 channels"),
     ("NHWGC", "fwd", "[16, 32, 16]", "{algorithm: depthwise_mma, cluster: [1, 2]}", "takes no cluster"),
 ])
 def test_bad_depthwise_mma_variants_name_the_rule(tmp_path, layout, direction, tile, knobs, why):

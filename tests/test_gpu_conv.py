@@ -48,8 +48,8 @@ def geometry(kernel):
         return 1, 16, 24
     if kernel.knobs.algorithm == "depthwise":  # three channel vectors (sliding: 16-byte pieces)
         return (24 if is_sliding(kernel) else 3 * kernel.tile[2]), 1, 1
-    if kernel.knobs.algorithm == "depthwise_mma":  # three channel blocks
-        return 3 * kernel.tile[2], 1, 1
+    if kernel.knobs.algorithm == "depthwise_mma":  # three channel blocks, the last one 8 short
+        return 3 * kernel.tile[2] - 8, 1, 1
     cpg = kernel.knobs.channels_per_group
     if cpg == 0:
         return 3, 3, 5
@@ -203,9 +203,9 @@ def dw_takes(kernel, fil, channels) -> bool:
     """Whether a depthwise variant takes this filter size and channel count: the sliding
     kernels only where their sums, weights and input rows fit the registers and their rings
     48 KB of shared memory (dw_slide_fits in conv_depthwise.cuh); the tensor-core kernels
-    (conv_depthwise_mma.cuh) whole channel blocks."""
+    (conv_depthwise_mma.cuh) channels in 16-byte vectors (a short last block)."""
     if kernel.knobs.algorithm == "depthwise_mma":
-        return channels % kernel.tile[2] == 0
+        return channels % 8 == 0
     if not is_sliding(kernel):
         return True
     _, tw, vc = kernel.tile

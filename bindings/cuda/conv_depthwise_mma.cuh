@@ -16,8 +16,14 @@
 //      vectors of 8 channels, 4 columns a thread, and store it as CB planes [row][column];
 //   2. each warp takes channels: per filter row one ldmatrix of the left 8 columns, then per
 //      8-column tile one ldmatrix of the next 8 (the right half of one tile is the left half
-//      of the next) and one MMA; the sums go to CB output planes as T;
-//   3. write the output planes back as 16-byte vectors of 8 channels.
+//      of the next) and one MMA; the sums go, as T, over the rows of the channel's plane the
+//      warp has read;
+//   3. write the output rows back as 16-byte vectors of 8 channels.
+// Measured (Nsight Compute, MobileNetV2 3x3 at 16x32x16): the L1 is the limit, and the
+// global accesses take most of it: a pixel's CB channels are CB x 2 contiguous bytes, so a
+// warp's 16-byte accesses touch up to 16 lines. More channels per block (64: 128-byte
+// pieces) cut that; the output over the input planes keeps the shared memory of a block to
+// its input tile.
 // The zeros of B multiply input columns the output does not read: a non-finite input value
 // can therefore spread to outputs up to 15 columns away (the direct kernels keep it to its
 // receptive field).
@@ -29,19 +35,17 @@
 
 namespace td::cuda {
 
-// Shared memory of a block: input planes [CB][IR][IW], output planes [CB][TH][OW], the
-// filter rows [CB][KH][WP] (w[kw] at 8 + kw, zeros around: the Toeplitz lookups need no
-// bounds). IW / 8 odd: the 16 rows of an ldmatrix fall on distinct banks.
-template <int TH, int TW, int CB, int KH>
+// Shared memory of a block: the input planes [CB][IR][IW] (a warp writes its channel's output
+// rows over the plane once it has read it: [TH][IW] at the plane's start), then the block's
+// filters as stored, [CB][KH][KW]. IW / 8 odd: the 16 rows of an ldmatrix fall on distinct
+// banks.
+template <int TH, int TW, int CB, int KH, int KW>
 struct DwMmaSmem {
     static constexpr int IR = TH + KH - 1;
     static constexpr int IW = TW + 8;
-    static constexpr int OW = TW + 8;
-    static constexpr int WP = 32;
     static constexpr int in_bytes = CB * IR * IW * 2;
-    static constexpr int out_bytes = CB * TH * OW * 2;
-    static constexpr int w_bytes = CB * KH * WP * 2;
-    static constexpr int bytes = in_bytes + out_bytes + w_bytes;
+    static constexpr int w_bytes = CB * KH * KW * 2;  // a multiple of 16: CB is
+    static constexpr int bytes = in_bytes + w_bytes;
     static_assert((IW / 8) % 2 == 1, "TW / 8 must be even");
 };
 
@@ -53,20 +57,20 @@ __device__ __forceinline__ unsigned dw_word(const uint4& v, int m) {
 }
 __device__ __forceinline__ unsigned dw_word(const uint2& v, int m) { return m == 0 ? v.x : v.y; }
 
-template <class T, int KH, int KW, int TH, int TW, int CB>
-__global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, bool flip, const unsigned short* __restrict__ x,
+template <class T, int KH, int KW, int TH, int TW, int CB, bool Flip>
+__global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x,
                                                              const unsigned short* __restrict__ w,
                                                              unsigned short* __restrict__ y) {
-    using S = DwMmaSmem<TH, TW, CB, KH>;
-    constexpr int OCT = CB / 8;  // 16-byte channel vectors per pixel
+    using S = DwMmaSmem<TH, TW, CB, KH, KW>;
     constexpr int NT = TW / 8, MT = TH / 16;
+    constexpr int PLANE = S::IR * S::IW;  // elements
     extern __shared__ __align__(16) unsigned char dw_mma_smem[];
     unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
-    unsigned short* sout = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
-    unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes + S::out_bytes);
+    unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
 
-    // block = (channel chunk fastest, column tile, row tile, image)
-    const int chunks = g.C / CB;
+    // block = (channel chunk fastest, column tile, row tile, image); the last chunk may hold
+    // fewer than CB channels (a multiple of 8)
+    const int chunks = (g.C + CB - 1) / CB;
     const int wbs = (g.wo + TW - 1) / TW, hbs = (g.ho + TH - 1) / TH;
     unsigned b = blockIdx.x;
     const int chunk = (int)(b % (unsigned)chunks); b /= (unsigned)chunks;
@@ -74,30 +78,35 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, bool 
     const int hb = (int)(b % (unsigned)hbs);
     const int n = (int)(b / (unsigned)hbs);
     const int c0 = chunk * CB, oh0 = hb * TH, ow0 = wb * TW;
+    const int cn = min(CB, g.C - c0), oct_n = cn / 8;
     const int tid = threadIdx.x;
 
-    // the filter rows (flip: w[KH-1-kh][KW-1-kw], bwd_data)
-    for (int e = tid; e < CB * KH * S::WP; e += kDwMmaThreads) {
-        const int c = e / (KH * S::WP), kh = e / S::WP % KH, kw = e % S::WP - 8;
-        unsigned short v = 0;
-        if (kw >= 0 && kw < KW)
-            v = w[(int64_t)(c0 + c) * KH * KW + (flip ? (KH - 1 - kh) * KW + KW - 1 - kw : kh * KW + kw)];
-        sw[e] = v;
+    // the block's filters: cn x KH x KW contiguous values, 16-byte aligned (c0 and cn are
+    // multiples of 8), loaded with the input tile and stored after it
+    constexpr int WV = CB * KH * KW / 8, WIT = (WV + kDwMmaThreads - 1) / kDwMmaThreads;
+    const int wv_n = cn * KH * KW / 8;
+    uint4 wv[WIT];
+    const uint4* wsrc = reinterpret_cast<const uint4*>(w + (int64_t)c0 * KH * KW);
+#pragma unroll
+    for (int i = 0; i < WIT; ++i) {
+        const int e = i * kDwMmaThreads + tid;
+        wv[i] = e < wv_n ? __ldg(wsrc + e) : make_uint4(0, 0, 0, 0);
     }
 
     // 1. the input tile, transposed: item = (octet fastest, 4 columns, row); zeros outside
     // the image and beyond the TW + KW - 1 columns the outputs read
-    constexpr int QROW = S::IW / 4, ITEMS = OCT * S::IR * QROW, BATCH = 4;
+    constexpr int OCT = CB / 8, QROW = S::IW / 4, BATCH = 4;
+    constexpr int items = OCT * S::IR * QROW;  // octets from oct_n on: the last chunk's missing channels
     const int ih0 = oh0 - g.ph, iw0 = ow0 - g.pw;
     const unsigned short* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
-    for (int base = 0; base < ITEMS; base += BATCH * kDwMmaThreads) {
+    for (int base = 0; base < items; base += BATCH * kDwMmaThreads) {
         uint4 v[BATCH][4];
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
             const int it = base + i * kDwMmaThreads + tid;
             const int oct = it % OCT, rest = it / OCT, q = rest % QROW, rr = rest / QROW;
             const int ih = ih0 + rr;
-            const bool row_in = it < ITEMS && ih >= 0 && ih < g.hi;
+            const bool row_in = it < items && oct < oct_n && ih >= 0 && ih < g.hi;
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
                 const int s = 4 * q + p, iw = iw0 + s;
@@ -109,37 +118,52 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, bool 
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
             const int it = base + i * kDwMmaThreads + tid;
-            if (it < ITEMS) {
+            if (it < items && it % OCT < oct_n) {
                 const int oct = it % OCT, rest = it / OCT, q = rest % QROW, rr = rest / QROW;
-                unsigned short* dst = sin + ((oct * 8) * S::IR + rr) * S::IW + 4 * q;
+                unsigned short* dst = sin + oct * 8 * PLANE + rr * S::IW + 4 * q;
 #pragma unroll
                 for (int m = 0; m < 4; ++m) {  // word m of a vector: channels 2m (low half), 2m + 1
                     const unsigned a0 = dw_word(v[i][0], m), a1 = dw_word(v[i][1], m);
                     const unsigned a2 = dw_word(v[i][2], m), a3 = dw_word(v[i][3], m);
-                    *reinterpret_cast<uint2*>(dst + (2 * m) * S::IR * S::IW) =
+                    *reinterpret_cast<uint2*>(dst + (2 * m) * PLANE) =
                         make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
-                    *reinterpret_cast<uint2*>(dst + (2 * m + 1) * S::IR * S::IW) =
+                    *reinterpret_cast<uint2*>(dst + (2 * m + 1) * PLANE) =
                         make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
                 }
             }
         }
     }
+#pragma unroll
+    for (int i = 0; i < WIT; ++i) {
+        const int e = i * kDwMmaThreads + tid;
+        if (e < wv_n) reinterpret_cast<uint4*>(sw)[e] = wv[i];
+    }
     __syncthreads();
 
-    // 2. the MMAs. Fragments (mma.m16n8k16 .row.col): r = lane / 4, q = lane % 4;
-    // B: b0 = (k 2q, 2q+1; n r), b1 = (k 2q+8, 2q+9; n r); D: (r, 2q..) and (r + 8, 2q..).
+    // 2. the MMAs, a warp per channel. Fragments (mma.m16n8k16 .row.col): r = lane / 4,
+    // q = lane % 4; B: b0 = (k 2q, 2q+1; n r), b1 = (k 2q+8, 2q+9; n r); D: (r, 2q..) and
+    // (r + 8, 2q..). A warp writes its channel's output rows over the plane's first rows once
+    // it has read the rows under them: output rows [16 mt, 16 mt + 16) after M tile mt, whose
+    // input rows reach 16 mt + 15 + KH - 1; the next tile reads from row 16 (mt + 1) on.
     const int warp = tid / 32, lane = tid % 32;
     const int r = lane / 4, q = lane % 4;
     const unsigned in_base = (unsigned)__cvta_generic_to_shared(sin) + (unsigned)(lane % 16) * S::IW * 2;
-    for (int c = warp; c < CB; c += kDwMmaThreads / 32) {
+    for (int c = warp; c < cn; c += kDwMmaThreads / 32) {
+        // B[k][n] = w[kh][k - n]: lane (r, q) holds k - n = 2q - r + {0, 1, 8, 9}
         uint32_t bf[KH][2];
+        const unsigned short* wc = sw + c * KH * KW;
 #pragma unroll
         for (int kh = 0; kh < KH; ++kh) {
-            const unsigned short* wr = sw + (c * KH + kh) * S::WP + 8 + 2 * q - r;
-            bf[kh][0] = (uint32_t)wr[0] | (uint32_t)wr[1] << 16;
-            bf[kh][1] = (uint32_t)wr[8] | (uint32_t)wr[9] << 16;
+            const int row = (Flip ? KH - 1 - kh : kh) * KW;
+            auto tap = [&](int kw) -> uint32_t {
+                return kw >= 0 && kw < KW ? wc[row + (Flip ? KW - 1 - kw : kw)] : 0u;
+            };
+            const int k0 = 2 * q - r;
+            bf[kh][0] = tap(k0) | tap(k0 + 1) << 16;
+            bf[kh][1] = tap(k0 + 8) | tap(k0 + 9) << 16;
         }
-        const unsigned plane = in_base + (unsigned)(c * S::IR * S::IW * 2);
+        const unsigned plane = in_base + (unsigned)(c * PLANE * 2);
+        unsigned short* oc = sin + c * PLANE + 2 * q;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             float acc[NT][4];
@@ -160,27 +184,27 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, bool 
                     lo[1] = hi[1];
                 }
             }
-            unsigned short* oc = sout + (c * TH + mt * 16) * S::OW + 2 * q;
+            __syncwarp();  // every lane's reads of these rows are done
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                *reinterpret_cast<uint32_t*>(oc + r * S::OW + 8 * j) = pack_pair<T>(acc[j][0], acc[j][1]);
-                *reinterpret_cast<uint32_t*>(oc + (r + 8) * S::OW + 8 * j) = pack_pair<T>(acc[j][2], acc[j][3]);
+                *reinterpret_cast<uint32_t*>(oc + (mt * 16 + r) * S::IW + 8 * j) = pack_pair<T>(acc[j][0], acc[j][1]);
+                *reinterpret_cast<uint32_t*>(oc + (mt * 16 + r + 8) * S::IW + 8 * j) = pack_pair<T>(acc[j][2], acc[j][3]);
             }
         }
     }
     __syncthreads();
 
-    // 3. the output planes back to channels-last: item = (octet fastest, 4 columns, row)
-    constexpr int OQ = TW / 4, OITEMS = OCT * TH * OQ;
+    // 3. the output rows back to channels-last: item = (octet fastest, 4 columns, row)
+    constexpr int OQ = TW / 4, oitems = OCT * TH * OQ;
     unsigned short* yn = y + (int64_t)n * g.ho * g.wo * g.C + c0;
-    for (int it = tid; it < OITEMS; it += kDwMmaThreads) {
+    for (int it = tid; it < oitems; it += kDwMmaThreads) {
         const int oct = it % OCT, rest = it / OCT, q4 = rest % OQ, row = rest / OQ;
         const int oh = oh0 + row, ow = ow0 + 4 * q4;
-        if (oh >= g.ho || ow >= g.wo) continue;
+        if (oct >= oct_n || oh >= g.ho || ow >= g.wo) continue;
         uint2 v[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i)
-            v[i] = *reinterpret_cast<const uint2*>(sout + ((oct * 8 + i) * TH + row) * S::OW + 4 * q4);
+            v[i] = *reinterpret_cast<const uint2*>(sin + (oct * 8 + i) * PLANE + row * S::IW + 4 * q4);
         unsigned short* dst = yn + ((int64_t)oh * g.wo + ow) * g.C + oct * 8;
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
@@ -197,7 +221,7 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, bool 
 }
 
 // TH x TW x CB: output rows (16 or 32: the MMA's M) x output columns (16, 32 or 64) x
-// channels per block (8, 16 or 32).
+// channels per block (8, 16, 32 or 64; the last block of a row may hold fewer).
 template <int DType, int Ndim, int Direction, int TH, int TW, int CB>
 struct Sm90DwMmaConv {
     using T = typename ConvElement<DType>::T;
@@ -205,19 +229,19 @@ struct Sm90DwMmaConv {
     static_assert(Direction != TD_CONV_BWD_WEIGHT, "the tensor-core depthwise kernel computes fwd and bwd_data");
     static_assert(TH == 16 || TH == 32, "16 or 32 output rows");
     static_assert(TW == 16 || TW == 32 || TW == 64, "16, 32 or 64 output columns");
-    static_assert(CB == 8 || CB == 16 || CB == 32, "8, 16 or 32 channels per block");
+    static_assert(CB == 8 || CB == 16 || CB == 32 || CB == 64, "8, 16, 32 or 64 channels per block");
     // the filter sizes and the view of the problem (bwd_data: the forward over dy)
     using Dw = Sm90DwConv<DType, 2, Direction, 1, 8, 4>;
 
     template <int KH>
-    static constexpr bool fits() { return DwMmaSmem<TH, TW, CB, KH>::bytes <= kDwMmaSmemMost; }
+    static constexpr bool fits() { return DwMmaSmem<TH, TW, CB, KH, KH>::bytes <= kDwMmaSmemMost; }
 
     static int supports(const TdConvProblem& p, std::string* why) {
         ConvGeometry g{};
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
         if (int st = conv_channels_are(g, 1, why)) return st;
-        if (g.G % CB) {
-            *why = "G = " + std::to_string(g.G) + " is not a multiple of " + std::to_string(CB) + " channels per block";
+        if (g.G % 8) {
+            *why = "G = " + std::to_string(g.G) + " is not a multiple of 8 (16-byte channel vectors)";
             return TD_UNSUPPORTED;
         }
         for (int i = 0; i < 3; ++i)
@@ -242,27 +266,26 @@ struct Sm90DwMmaConv {
 
     static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void*, size_t, void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-        if (((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 15) ||
-            (reinterpret_cast<uintptr_t>(wei) & 1))
+        if ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(wei)) & 15)
             return fail(TD_REJECTED, "a tensor's address is not aligned to the kernel's 16-byte vectors; the generic "
                                      "kernel takes it");
         ConvGeometry geo{};
         conv_geometry(p, &geo);
         const DwGeometry d = Dw::view(geo);
-        const bool flip = Direction == TD_CONV_BWD_DATA;
+        constexpr bool flip = Direction == TD_CONV_BWD_DATA;
         // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)
         const auto* src = static_cast<const unsigned short*>(flip ? out : in);
         auto* dst = static_cast<unsigned short*>(const_cast<void*>(flip ? in : out));
         const auto* w = static_cast<const unsigned short*>(wei);
-        const int64_t blocks = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * (d.C / CB);
+        const int64_t blocks = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * ((d.C + CB - 1) / CB);
         if (blocks > INT32_MAX) return fail(TD_REJECTED, "too many blocks for one launch");
         Dw::with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
             constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
             if constexpr (fits<KH>()) {
-                constexpr int bytes = DwMmaSmem<TH, TW, CB, KH>::bytes;
-                auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB>;
+                constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KW>::bytes;
+                auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, flip>;
                 if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-                kernel<<<(unsigned)blocks, kDwMmaThreads, bytes, stream>>>(d, flip, src, w, dst);
+                kernel<<<(unsigned)blocks, kDwMmaThreads, bytes, stream>>>(d, src, w, dst);
             }
         });
         return launch_status();
