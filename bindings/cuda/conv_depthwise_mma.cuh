@@ -20,10 +20,9 @@
 //      warp has read;
 //   3. write the output rows back as 16-byte vectors of 8 channels.
 // Measured (Nsight Compute, MobileNetV2 3x3 at 16x32x16): the L1 is the limit, and the
-// global accesses take most of it: a pixel's CB channels are CB x 2 contiguous bytes, so a
-// warp's 16-byte accesses touch up to 16 lines. More channels per block (64: 128-byte
-// pieces) cut that; the output over the input planes keeps the shared memory of a block to
-// its input tile.
+// global accesses take much of it: a pixel's CB channels are CB x 2 contiguous bytes, so a
+// warp's 16-byte accesses touch up to 16 lines at 16 channels, 4 at 64. The output over the
+// input planes keeps the shared memory of a block to its input tile.
 // The zeros of B multiply input columns the output does not read: a non-finite input value
 // can therefore spread to outputs up to 15 columns away (the direct kernels keep it to its
 // receptive field).
@@ -39,11 +38,17 @@ namespace td::cuda {
 // rows over the plane once it has read it: [TH][IW] at the plane's start), then the block's
 // filters as stored, [CB][KH][KW]. IW / 8 odd: the 16 rows of an ldmatrix fall on distinct
 // banks.
+//
+// Channel c = 8 o + i (octet o) has plane i x CB / 8 + o, and a plane is padded to 32 bytes
+// past a multiple of 128: the transposing stores and loads, whose lanes take the octets of
+// one pixel (its CB x 2 bytes contiguous in global memory), then fall on distinct banks
+// (without it, at 64 channels, 8 lanes shared a bank).
 template <int TH, int TW, int CB, int KH, int KW>
 struct DwMmaSmem {
     static constexpr int IR = TH + KH - 1;
     static constexpr int IW = TW + 8;
-    static constexpr int in_bytes = CB * IR * IW * 2;
+    static constexpr int PLANE = IR * IW + (16 - IR * IW % 64 + 64) % 64;  // elements, 16 mod 64
+    static constexpr int in_bytes = CB * PLANE * 2;
     static constexpr int w_bytes = CB * KH * KW * 2;  // a multiple of 16: CB is
     static constexpr int bytes = in_bytes + w_bytes;
     static_assert((IW / 8) % 2 == 1, "TW / 8 must be even");
@@ -63,7 +68,7 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, const
                                                              unsigned short* __restrict__ y) {
     using S = DwMmaSmem<TH, TW, CB, KH, KW>;
     constexpr int NT = TW / 8, MT = TH / 16;
-    constexpr int PLANE = S::IR * S::IW;  // elements
+    constexpr int PLANE = S::PLANE, OCT = CB / 8;
     extern __shared__ __align__(16) unsigned char dw_mma_smem[];
     unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
     unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, const
 
     // 1. the input tile, transposed: item = (octet fastest, 4 columns, row); zeros outside
     // the image and beyond the TW + KW - 1 columns the outputs read
-    constexpr int OCT = CB / 8, QROW = S::IW / 4, BATCH = 4;
+    constexpr int QROW = S::IW / 4, BATCH = 4;
     constexpr int items = OCT * S::IR * QROW;  // octets from oct_n on: the last chunk's missing channels
     const int ih0 = oh0 - g.ph, iw0 = ow0 - g.pw;
     const unsigned short* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
@@ -120,14 +125,14 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, const
             const int it = base + i * kDwMmaThreads + tid;
             if (it < items && it % OCT < oct_n) {
                 const int oct = it % OCT, rest = it / OCT, q = rest % QROW, rr = rest / QROW;
-                unsigned short* dst = sin + oct * 8 * PLANE + rr * S::IW + 4 * q;
+                unsigned short* dst = sin + oct * PLANE + rr * S::IW + 4 * q;  // channel 8 oct + j: plane j OCT + oct
 #pragma unroll
                 for (int m = 0; m < 4; ++m) {  // word m of a vector: channels 2m (low half), 2m + 1
                     const unsigned a0 = dw_word(v[i][0], m), a1 = dw_word(v[i][1], m);
                     const unsigned a2 = dw_word(v[i][2], m), a3 = dw_word(v[i][3], m);
-                    *reinterpret_cast<uint2*>(dst + (2 * m) * PLANE) =
+                    *reinterpret_cast<uint2*>(dst + (2 * m) * OCT * PLANE) =
                         make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
-                    *reinterpret_cast<uint2*>(dst + (2 * m + 1) * PLANE) =
+                    *reinterpret_cast<uint2*>(dst + (2 * m + 1) * OCT * PLANE) =
                         make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
                 }
             }
@@ -162,8 +167,9 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, const
             bf[kh][0] = tap(k0) | tap(k0 + 1) << 16;
             bf[kh][1] = tap(k0 + 8) | tap(k0 + 9) << 16;
         }
-        const unsigned plane = in_base + (unsigned)(c * PLANE * 2);
-        unsigned short* oc = sin + c * PLANE + 2 * q;
+        const int pc = c % 8 * OCT + c / 8;  // the channel's plane
+        const unsigned plane = in_base + (unsigned)(pc * PLANE * 2);
+        unsigned short* oc = sin + pc * PLANE + 2 * q;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             float acc[NT][4];
@@ -204,7 +210,7 @@ __global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, const
         uint2 v[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i)
-            v[i] = *reinterpret_cast<const uint2*>(sin + (oct * 8 + i) * PLANE + row * S::IW + 4 * q4);
+            v[i] = *reinterpret_cast<const uint2*>(sin + (i * OCT + oct) * PLANE + row * S::IW + 4 * q4);
         unsigned short* dst = yn + ((int64_t)oh * g.wo + ow) * g.C + oct * 8;
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
