@@ -40,6 +40,14 @@ PROBLEMS = [
     ("grouped3d_g16", 8, 16, 16, 16, (8, 28, 28), (3, 3, 3), 1, 1, "grouped"),
     ("mamba_conv1d", 8, 4096, 1, 1, (2048,), (4,), 1, 3, "depthwise"),
 ]
+# Run only when named with --only (not part of the suite): other depthwise sizes, to
+# place the tensor-core depthwise kernel against the CUDA-core ones.
+EXTRA = [
+    ("dw5x5_28", 32, 384, 1, 1, (28, 28), (5, 5), 1, 2, "depthwise"),
+    ("convnext_s3_dw7x7", 32, 768, 1, 1, (14, 14), (7, 7), 1, 3, "depthwise"),
+    ("convnext_s1_dw7x7", 32, 192, 1, 1, (56, 56), (7, 7), 1, 3, "depthwise"),
+    ("mbv2_dw3x3_28", 64, 192, 1, 1, (28, 28), (3, 3), 1, 1, "depthwise"),
+]
 DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 GRAD_INPUT = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}
@@ -146,7 +154,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json")
-    ap.add_argument("--only", help="comma-separated problem names")
+    ap.add_argument("--only", help="comma-separated problem names (also those of EXTRA)")
     ap.add_argument("--every", action="store_true", help="also list every compiled kernel's time, fastest first")
     ap.add_argument("--pick-only", action="store_true",
                     help="time the dispatcher's pick only, not every compiled kernel that takes the problem "
@@ -165,7 +173,7 @@ def main(argv=None):
     only = set(args.only.split(",")) if args.only else None
     print(f"{'problem':20s} {'dir':10s} {'ours us':>9s} {'cuDNN us':>9s} {'floor us':>9s} {'TFLOP/s':>8s} "
           f"{'xcuDNN':>7s} {'xfloor':>7s} {'rel err':>8s} {'best us':>8s}  kernel (best, if another)", flush=True)
-    for prob in PROBLEMS:
+    for prob in PROBLEMS + (EXTRA if only else []):
         if only and prob[0] not in only:
             continue
         for direction in [v for v in args.dirs.split(",") if v]:

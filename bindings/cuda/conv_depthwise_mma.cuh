@@ -54,7 +54,8 @@ struct DwMmaSmem {
     static_assert((IW / 8) % 2 == 1, "TW / 8 must be even");
 };
 
-constexpr int kDwMmaThreads = 128;
+// 4 warps a block, 8 from 32 channels (a block's shared memory then allows 1-2 a SM).
+constexpr int dw_mma_threads(int cb) { return cb >= 32 ? 256 : 128; }
 constexpr int kDwMmaSmemMost = 227 * 1024;
 
 __device__ __forceinline__ unsigned dw_word(const uint4& v, int m) {
@@ -63,10 +64,11 @@ __device__ __forceinline__ unsigned dw_word(const uint4& v, int m) {
 __device__ __forceinline__ unsigned dw_word(const uint2& v, int m) { return m == 0 ? v.x : v.y; }
 
 template <class T, int KH, int KW, int TH, int TW, int CB, bool Flip>
-__global__ void __launch_bounds__(kDwMmaThreads) conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x,
+__global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x,
                                                              const unsigned short* __restrict__ w,
                                                              unsigned short* __restrict__ y) {
     using S = DwMmaSmem<TH, TW, CB, KH, KW>;
+    constexpr int kDwMmaThreads = dw_mma_threads(CB);
     constexpr int NT = TW / 8, MT = TH / 16;
     constexpr int PLANE = S::PLANE, OCT = CB / 8;
     extern __shared__ __align__(16) unsigned char dw_mma_smem[];
@@ -291,7 +293,7 @@ struct Sm90DwMmaConv {
                 constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KW>::bytes;
                 auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, flip>;
                 if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-                kernel<<<(unsigned)blocks, kDwMmaThreads, bytes, stream>>>(d, src, w, dst);
+                kernel<<<(unsigned)blocks, dw_mma_threads(CB), bytes, stream>>>(d, src, w, dst);
             }
         });
         return launch_status();
