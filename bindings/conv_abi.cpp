@@ -123,17 +123,21 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     // channels for 3x3, 4 x 1 for larger filters (the fastest in the eighth session's sweep:
     // 3x3 53.6 us against 62.3 at 8x1 and 77.2 for the row kernel; 7x7 52.9 against 68.7 at
     // 2x1 and 90.4); segments of at least 4, 8 or 16 rows measured alike, 8 kept.
-    // depthwise on tensor cores (conv_depthwise_mma.cuh; fwd and bwd_data, 2D): ahead of the
-    // CUDA-core depthwise kernels where its tiles are mostly used (rows in 16s, columns in
-    // multiples of the tile), behind them on small images (a 7x7 image fills a fifth of a
-    // 16x16 tile). Among the tiles, the least padded area, then the measured default.
+    // depthwise on tensor cores (conv_depthwise_mma.cuh; fwd and bwd_data, 2D). Measured on
+    // the H200 against the CUDA-core depthwise kernels (bench/conv.py --every, bf16 fwd):
+    // ahead from 5x5 up (7x7 at 14 / 28 / 56 pixels 20.4 / 30.2 / 54.6 us against 35.2 / 57.5
+    // / 107.8, 5x5 at 28 26.9 against 33.9), behind at 3x3 (MobileNetV2 57.1 against 47.5;
+    // the planes' transposition costs more than 9 FMAs a pixel). Among its tiles, the least
+    // padded area (rows in 16s, columns in tiles), then 32 columns (14 x 14: 16 columns 20.4
+    // us, 32 24.9); on small images (a 7x7 image fills a fifth of a 16 x 16 tile) the waste
+    // puts it behind the CUDA-core kernels.
     if (k.schedule == 8) {
         const int64_t h = p.base.direction == TD_CONV_BWD_DATA ? g.in[1] : g.out[1];
         const int64_t w = p.base.direction == TD_CONV_BWD_DATA ? g.in[2] : g.out[2];
         const int64_t ph = (h + k.tile_m - 1) / k.tile_m * k.tile_m, pw = (w + k.tile_n - 1) / k.tile_n * k.tile_n;
         const double waste = (double)(ph * pw) / (double)(h * w) - 1.0;
-        return 0.3 + 0.1 * waste + 0.0001 * std::abs(k.tile_m - 16) + 0.0001 * std::abs(k.tile_n - 32) +
-               0.0001 * std::abs(k.tile_k - 16);
+        return (g.fil[1] <= 3 ? 0.36 : 0.3) + 0.1 * waste + 0.0001 * std::abs(k.tile_m - 16) +
+               0.0001 * std::abs(k.tile_n - 32) + 0.0001 * std::abs(k.tile_k - 16);
     }
     if (k.schedule == 7) {
         const bool wgrad = p.base.direction == TD_CONV_BWD_WEIGHT;

@@ -285,8 +285,18 @@ def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
         assert d.select(p).endswith(f"_{kind}_sm90a"), d.select(p)
     for fil, tile in (((3, 3), "3x4x4"), ((7, 7), "4x4x4")):  # rows per thread by filter height
-        p = td.ConvProblem(2, 32, 1, 1, (14, 14), fil, 1, 1, 1, "bwd_data", "bf16")
+        p = td.ConvProblem(2, 32, 1, 1, (7, 7), fil, 1, 1, 1, "bwd_data", "bf16")
         assert d.select(p) == f"conv_bwddata_nhwgc_bf16_{tile}_dw_sm90a", d.select(p)
+    # from 5x5 up on images that fill its tiles: the tensor-core depthwise kernel, 16 columns
+    # for 14 x 14, 32 for 28 x 28; 3x3 stays on the CUDA cores
+    for size, fil, pick in ((14, (7, 7), "16x16x16_dwmma"), (28, (7, 7), "16x32x16_dwmma"),
+                            (28, (5, 5), "16x32x16_dwmma"), (28, (3, 3), "3x4x4_dw")):
+        for direction in ("fwd", "bwd_data"):
+            p = td.ConvProblem(2, 64, 1, 1, (size, size), fil, 1, fil[0] // 2, 1, direction, "bf16")
+            name = d.select(p)
+            assert name == f"conv_{direction.replace('_', '')}_nhwgc_bf16_{pick}_sm90a", name
+            assert run_case(next(k for k in kernels() if k.name == name), gen, 2, 64, 1, 1, (size, size), fil,
+                            (1, 1), (fil[0] // 2,) * 2, (1, 1))
     # bwd_weight: the sliding kernel, 8 columns x 2 channels for 3x3, 4 x 1 for larger filters;
     # the row kernel where the channels are not a multiple of 8 (16-byte pieces)
     for G, fil, tile in ((32, (3, 3), "8x8x2"), (32, (5, 5), "8x4x1"), (32, (7, 7), "8x4x1"), (12, (3, 3), "1x8x4")):
