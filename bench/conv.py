@@ -1,4 +1,4 @@
-"""Grouped / depthwise / dense convolution on the GPU against cuDNN (torch, bf16,
+"""Grouped / depthwise / dense convolution on the GPU against cuDNN (torch, bf16 or fp16,
 channels-last, cudnn.benchmark = True) in the same process.
 
 For each problem and direction: microseconds of the dispatcher's pick and of cuDNN
@@ -6,7 +6,7 @@ For each problem and direction: microseconds of the dispatcher's pick and of cuD
 input + weight + output over the copy bandwidth), and the ratios.
 
     python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME] [--pick-only] [--every]
-                          [--dirs fwd,bwd_data,bwd_weight] [--split-k 1,2,3,4]
+                          [--dirs fwd,bwd_data,bwd_weight] [--split-k 1,2,3,4] [--dtype bf16|fp16]
 
 --split-k also times each batch-split kernel (implicit ..._s<max>) at each listed slice
 count (the problem's split_k), beside its own run-time choice.
@@ -72,16 +72,17 @@ def timed(fn, flush):
     return start.elapsed_time(stop) * 1e3  # us
 
 
-def bench_problem(prob, direction, reps, flush, d, target, others=True, split_ks=()):
+def bench_problem(prob, direction, reps, flush, d, target, others=True, split_ks=(), dtype="bf16"):
     name, N, G, C, K, inp, fil, st, pad, kind = prob
     nd = len(inp)
     out = tuple((i + 2 * pad - (f - 1) - 1) // st + 1 for i, f in zip(inp, fil))
     gen = torch.Generator(device="cuda").manual_seed(0)
-    x = (torch.rand((N, *inp, G * C), generator=gen, device="cuda") * 2 - 1).bfloat16()
-    w = (torch.rand((G * K, *fil, C), generator=gen, device="cuda") * 2 - 1).bfloat16()
-    dy = (torch.rand((N, *out, G * K), generator=gen, device="cuda") * 2 - 1).bfloat16()
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    x = (torch.rand((N, *inp, G * C), generator=gen, device="cuda") * 2 - 1).to(tdt)
+    w = (torch.rand((G * K, *fil, C), generator=gen, device="cuda") * 2 - 1).to(tdt)
+    dy = (torch.rand((N, *out, G * K), generator=gen, device="cuda") * 2 - 1).to(tdt)
     xt, wt, dyt = channels_last(x), channels_last(w), channels_last(dy)
-    problem = td.ConvProblem(N, G, C, K, inp, fil, st, pad, 1, direction, "bf16")
+    problem = td.ConvProblem(N, G, C, K, inp, fil, st, pad, 1, direction, dtype)
     kernel = d.select(problem)
     stream = torch.cuda.current_stream().cuda_stream
     res = torch.empty_like({"fwd": dy, "bwd_data": x, "bwd_weight": w}[direction])
@@ -161,6 +162,7 @@ def main(argv=None):
                          "(bench/conv_profile.sh: one launch per direction to profile)")
     ap.add_argument("--dirs", default=",".join(DIRECTIONS), help="comma-separated directions (default: all three)")
     ap.add_argument("--split-k", default="", help="comma-separated slice counts to time each batch-split kernel at")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     args = ap.parse_args(argv)
     split_ks = [int(v) for v in args.split_k.split(",") if v.strip()]
     torch.backends.cudnn.benchmark = True
@@ -178,7 +180,7 @@ def main(argv=None):
             continue
         for direction in [v for v in args.dirs.split(",") if v]:
             try:
-                r = bench_problem(prob, direction, args.reps, flush, d, target, not args.pick_only, split_ks)
+                r = bench_problem(prob, direction, args.reps, flush, d, target, not args.pick_only, split_ks, args.dtype)
             except Exception as err:  # a failing problem is reported, the rest still run
                 print(f"{prob[0]:20s} {direction:10s} FAILED: {err}", flush=True)
                 rows.append({"problem": prob[0], "direction": direction, "error": str(err)})
@@ -202,7 +204,7 @@ def main(argv=None):
         print(f"grouped + depthwise geomean x cuDNN {math.exp(sum(map(math.log, small)) / len(small)):.2f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "dtype": args.dtype, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":
