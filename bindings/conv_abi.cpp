@@ -136,8 +136,10 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
         const int64_t w = p.base.direction == TD_CONV_BWD_DATA ? g.in[2] : g.out[2];
         const int64_t ph = (h + k.tile_m - 1) / k.tile_m * k.tile_m, pw = (w + k.tile_n - 1) / k.tile_n * k.tile_n;
         const double waste = (double)(ph * pw) / (double)(h * w) - 1.0;
-        return (g.fil[1] <= 3 ? 0.36 : 0.3) + 0.1 * waste + 0.0001 * std::abs(k.tile_m - 16) +
-               0.0001 * std::abs(k.tile_n - 32) + 0.0001 * std::abs(k.tile_k - 16);
+        const double tiles = 0.0001 * std::abs(k.tile_m - 16) + 0.0001 * std::abs(k.tile_n - 32) +
+                             0.0001 * std::abs(k.tile_k - 16);
+        if (k.micro_m > 1) return 0.35 + 0.1 * waste + tiles;  // grouped: ahead of tiled_mma (0.4)
+        return (g.fil[1] <= 3 ? 0.36 : 0.3) + 0.1 * waste + tiles;
     }
     if (k.schedule == 7) {
         const bool wgrad = p.base.direction == TD_CONV_BWD_WEIGHT;

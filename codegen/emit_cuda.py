@@ -29,10 +29,11 @@ def emit(config) -> str:
             rows, cols, chans = config.tile
             return definition(config, "cuda/conv_depthwise.cuh",
                               f"cuda::Sm90DwConv<{head}, {rows}, {cols}, {chans}>")
-        if k.algorithm == "depthwise_mma":
+        if k.algorithm in ("depthwise_mma", "toeplitz_mma"):
             rows, cols, chans = config.tile
+            cpg = f", {k.channels_per_group}" if k.algorithm == "toeplitz_mma" else ""
             return definition(config, "cuda/conv_depthwise_mma.cuh",
-                              f"cuda::Sm90DwMmaConv<{head}, {rows}, {cols}, {chans}>")
+                              f"cuda::Sm90DwMmaConv<{head}, {rows}, {cols}, {chans}{cpg}>")
         if k.algorithm == "mma":
             return definition(config, "cuda/conv_mma.cuh",
                               f"cuda::Sm90MmaConv<{head}, {k.channels_per_group}, {config.tile[0]}>")

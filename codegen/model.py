@@ -305,21 +305,24 @@ class CudaKnobs:
     algorithm `depthwise_mma` (the same problems, 2D, fwd and bwd_data): depthwise on tensor
     cores, a Toeplitz matrix of each filter row as the MMA's B
     (bindings/cuda/conv_depthwise_mma.cuh); tile = (output rows, output columns, channels
-    per block)."""
+    per block). algorithm `toeplitz_mma` with channels_per_group 2 or 4: the same for grouped
+    convolution (each output channel sums the Toeplitz products of its group's inputs)."""
 
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
-    algorithm: str = "cutlass"     # cutlass | direct | depthwise | depthwise_mma | mma | tiled_mma | im2col | implicit
+    algorithm: str = "cutlass"     # cutlass | direct | depthwise | depthwise_mma | toeplitz_mma | mma | tiled_mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 1, 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
     promote: int = 1               # fp8 GEMM: 1 = tile (ours), N = CUTLASS every N MMAs, 0 = fast (never)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct", "depthwise", "depthwise_mma", "mma", "tiled_mma", "im2col", "implicit")
+    ALGORITHMS = ("cutlass", "direct", "depthwise", "depthwise_mma", "toeplitz_mma", "mma", "tiled_mma", "im2col",
+                  "implicit")
+    TOEPLITZ_CPG = (2, 4)
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
     TILED_MMA_CPG = (1, 2, 4, 8, 16)
@@ -335,11 +338,13 @@ class CudaKnobs:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
             raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, depthwise, "
-                             "depthwise_mma, mma, tiled_mma, im2col or implicit)")
+                             "depthwise_mma, toeplitz_mma, mma, tiled_mma, im2col or implicit)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
         if self.algorithm == "mma" and self.channels_per_group not in self.MMA_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16, 32 (mma)")
+        if self.algorithm == "toeplitz_mma" and self.channels_per_group not in self.TOEPLITZ_CPG:
+            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4 (toeplitz_mma)")
         if self.algorithm == "tiled_mma" and self.channels_per_group not in self.TILED_MMA_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 (tiled_mma)")
         if self.split not in self.SPLITS:
@@ -360,7 +365,7 @@ class CudaKnobs:
                 raise ValueError(f"the {algorithm} algorithm takes no {', '.join(sorted(extra))} (it is one channel "
                                  "per group by definition)")
             return cls(algorithm=algorithm)
-        if algorithm in ("direct", "mma", "tiled_mma"):
+        if algorithm in ("direct", "mma", "tiled_mma", "toeplitz_mma"):
             extra = set(values) - {"algorithm", "channels_per_group"}
             if extra:
                 raise ValueError(f"the {algorithm} algorithm takes no {', '.join(sorted(extra))}")
@@ -400,6 +405,8 @@ class CudaKnobs:
             return "dw"
         if self.algorithm == "depthwise_mma":
             return "dwmma"
+        if self.algorithm == "toeplitz_mma":
+            return f"tpmma_cpg{self.channels_per_group}"
         if self.algorithm == "direct":
             return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
         if self.algorithm == "mma":
@@ -425,6 +432,9 @@ class CudaKnobs:
             return cls(algorithm="depthwise")
         if token == "dwmma":
             return cls(algorithm="depthwise_mma")
+        toeplitz = re.fullmatch(r"tpmma_cpg(\d+)", token)
+        if toeplitz:
+            return cls(algorithm="toeplitz_mma", channels_per_group=int(toeplitz.group(1)))
         direct = re.fullmatch(r"direct_(?:cpg(\d+)|anycpg)", token)
         if direct:
             return cls(algorithm="direct", channels_per_group=int(direct.group(1) or 0))
@@ -458,7 +468,7 @@ class CudaKnobs:
     def _direct_problems(self, dtype, direction, tile, layout=None) -> list[str]:
         if self.algorithm == "depthwise":
             return self._depthwise_problems(dtype, direction, tile, layout)
-        if self.algorithm == "depthwise_mma":
+        if self.algorithm in ("depthwise_mma", "toeplitz_mma"):
             return self._depthwise_mma_problems(dtype, direction, tile, layout)
         if self.algorithm == "mma":
             return self._mma_problems(dtype, direction, tile)
@@ -480,8 +490,8 @@ class CudaKnobs:
                 out.append("split (a batch split with fp32 partials) applies to bwd_weight only")
             return out
         if self.algorithm != "direct":
-            return ["convolution on the cuda backend uses algorithm direct, depthwise, depthwise_mma, mma, tiled_mma, "
-                    "im2col or implicit"]
+            return ["convolution on the cuda backend uses algorithm direct, depthwise, depthwise_mma, toeplitz_mma, mma, "
+                    "tiled_mma, im2col or implicit"]
         out = []
         pixels, chans, threads = tile
         cpg = self.channels_per_group
@@ -559,18 +569,19 @@ class CudaKnobs:
         return out
 
     def _depthwise_mma_problems(self, dtype, direction, tile, layout) -> list[str]:
-        """Tensor-core depthwise kernels (bindings/cuda/conv_depthwise_mma.cuh): tile = (16 or
-        32 output rows, 16, 32 or 64 output columns, 8, 16, 32 or 64 channels per block); 2D,
-        fwd and bwd_data."""
+        """Toeplitz tensor-core kernels (bindings/cuda/conv_depthwise_mma.cuh; depthwise_mma
+        and toeplitz_mma): tile = (16 or 32 output rows, 16, 32 or 64 output columns, 8, 16,
+        32 or 64 channels per block); 2D, fwd and bwd_data."""
         out = []
+        name = self.algorithm
         if dtype not in (DType.FP16, DType.BF16):
-            out.append(f"depthwise_mma convolution kernels take fp16 or bf16, not {dtype.key}")
+            out.append(f"{name} convolution kernels take fp16 or bf16, not {dtype.key}")
         if layout is not None and layout.ndim != 2:
-            out.append("the depthwise_mma kernels take the 2D layout only")
+            out.append(f"the {name} kernels take the 2D layout only")
         if direction is Direction.BWD_WEIGHT:
-            out.append("the depthwise_mma kernels compute fwd and bwd_data (bwd_weight: algorithm depthwise)")
+            out.append(f"the {name} kernels compute fwd and bwd_data (bwd_weight: algorithm depthwise or tiled_mma)")
         if tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32, 64):
-            out.append(f"depthwise_mma tile must be [16|32 rows, 16|32|64 columns, 8|16|32|64 channels], "
+            out.append(f"{name} tile must be [16|32 rows, 16|32|64 columns, 8|16|32|64 channels], "
                        f"not {list(tile)}")
         return out
 
@@ -847,7 +858,7 @@ def knobs_dict(knobs) -> dict:
                 **({"split": knobs.split} if knobs.split > 1 else {})}
     if knobs.algorithm in ("depthwise", "depthwise_mma"):
         return {"algorithm": knobs.algorithm}
-    if knobs.algorithm in ("direct", "mma", "tiled_mma"):
+    if knobs.algorithm in ("direct", "mma", "tiled_mma", "toeplitz_mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}
     return {"cluster": [knobs.cluster_m, knobs.cluster_n], "schedule": knobs.schedule,
             "epilogue": knobs.epilogue, "misaligned": "pad" if knobs.pad else "reject"}

@@ -339,6 +339,21 @@ def test_bad_depthwise_mma_variants_name_the_rule(tmp_path, layout, direction, t
     assert why in message and str(path) + ":8" in message
 
 
+def test_toeplitz_mma_variants_round_trip_and_name_their_rules(tmp_path):
+    configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "toeplitz_mma"]
+    names = {c.name for c in configs}
+    assert names == {f"conv_{d}_nhwgc_{t}_16x32x16_tpmma_cpg{g}_sm90a" for d in ("fwd", "bwddata")
+                     for t in ("bf16", "fp16") for g in (2, 4)}
+    for c in configs:
+        assert config_from_name(c.name) == c
+        assert "cuda::Sm90DwMmaConv<" in emit_source(c) and f", {c.knobs.channels_per_group}>" in emit_source(c)
+    for knobs, direction, why in (("{algorithm: toeplitz_mma, channels_per_group: 8}", "fwd", "not one of 2, 4"),
+                                  ("{algorithm: toeplitz_mma, channels_per_group: 4}", "bwd_weight",
+                                   "the toeplitz_mma kernels compute fwd and bwd_data")):
+        path, message = sm90_conv_manifest_error(tmp_path, knobs, "[16, 32, 16]", direction)
+        assert why in message and str(path) + ":" in message
+
+
 def test_depthwise_mma_variants_round_trip_and_the_default_manifest_has_them():
     configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "depthwise_mma"]
     names = {c.name for c in configs}
@@ -393,7 +408,7 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, depthwise_mma, mma, tiled_mma, im2col or implicit"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, depthwise_mma, toeplitz_mma, mma, tiled_mma, im2col or implicit"),
     ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster and split only"),
     ("{algorithm: implicit, split: 2}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
     ("{algorithm: implicit, split: 3}", "[128, 128, 64]", "split 3 not one of 1, 2, 4, 8"),

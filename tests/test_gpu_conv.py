@@ -50,6 +50,9 @@ def geometry(kernel):
         return (24 if is_sliding(kernel) else 3 * kernel.tile[2]), 1, 1
     if kernel.knobs.algorithm == "depthwise_mma":  # three channel blocks, the last one 8 short
         return 3 * kernel.tile[2] - 8, 1, 1
+    if kernel.knobs.algorithm == "toeplitz_mma":
+        cpg = kernel.knobs.channels_per_group
+        return (3 * kernel.tile[2] - 8) // cpg, cpg, cpg
     cpg = kernel.knobs.channels_per_group
     if cpg == 0:
         return 3, 3, 5
@@ -237,6 +240,25 @@ def test_depthwise_kernels_on_many_shapes_and_filters(kernel, gen):
         if why.startswith("channels not") and not is_sliding(kernel):
             continue
         p = td.ConvProblem(2, G, 1, 1, inp, f, st, one, one, kernel.direction, kernel.dtype)
+        assert d.is_supported(p, kernel=kernel.name) is False, why
+
+
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "toeplitz_mma"], ids=lambda k: k.name)
+def test_toeplitz_grouped_kernels_on_many_shapes_and_filters(kernel, gen):
+    """The grouped Toeplitz kernels on the depthwise shapes (ragged edges, every filter size,
+    padding wider than the filter, several row and column tiles): ResNeXt-50's 128 channels,
+    a short last channel block (40, 24), and the refusals (stride 2, channels not in 16-byte
+    vectors, other channel counts per group)."""
+    cpg = kernel.knobs.channels_per_group
+    for channels in (128, 40, 24):
+        for N, inp, fil, pad in DW_CASES[2]:
+            assert run_case(kernel, gen, N, channels // cpg, cpg, cpg, inp, fil, (1, 1), pad, (1, 1)), \
+                (kernel.name, channels, inp, fil)
+    d = td.Dispatcher("conv", GPU)
+    inp, fil = DW_CASES[2][0][1:3]
+    for why, G, C, st in (("stride 2", 16, cpg, (2, 2)), ("G x C not a multiple of 8", 3, cpg, (1, 1)),
+                          ("another channel count per group", 16, 2 * cpg, (1, 1))):
+        p = td.ConvProblem(2, G, C, C, inp, fil, st, (1, 1), (1, 1), kernel.direction, kernel.dtype)
         assert d.is_supported(p, kernel=kernel.name) is False, why
 
 

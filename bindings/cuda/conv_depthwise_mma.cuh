@@ -34,22 +34,22 @@
 
 namespace td::cuda {
 
-// Shared memory of a block: the input planes [CB][IR][IW] (a warp writes its channel's output
-// rows over the plane once it has read it: [TH][IW] at the plane's start), then the block's
-// filters as stored, [CB][KH][KW]. IW / 8 odd: the 16 rows of an ldmatrix fall on distinct
-// banks.
+// Shared memory of a block: the input planes [CB][IR][IW] (a warp writes its channels' output
+// rows over the planes once it has read them: [TH][IW] at a plane's start), then the block's
+// filters as stored: WPC values a channel ([KH][KW] depthwise, [KH][KW][CPG] grouped). IW / 8
+// odd: the 16 rows of an ldmatrix fall on distinct banks.
 //
 // Channel c = 8 o + i (octet o) has plane i x CB / 8 + o, and a plane is padded to 32 bytes
 // past a multiple of 128: the transposing stores and loads, whose lanes take the octets of
 // one pixel (its CB x 2 bytes contiguous in global memory), then fall on distinct banks
 // (without it, at 64 channels, 8 lanes shared a bank).
-template <int TH, int TW, int CB, int KH, int KW>
+template <int TH, int TW, int CB, int KH, int WPC>
 struct DwMmaSmem {
     static constexpr int IR = TH + KH - 1;
     static constexpr int IW = TW + 8;
     static constexpr int PLANE = IR * IW + (16 - IR * IW % 64 + 64) % 64;  // elements, 16 mod 64
     static constexpr int in_bytes = CB * PLANE * 2;
-    static constexpr int w_bytes = CB * KH * KW * 2;  // a multiple of 16: CB is
+    static constexpr int w_bytes = CB * WPC * 2;  // a multiple of 16: CB is a multiple of 8
     static constexpr int bytes = in_bytes + w_bytes;
     static_assert((IW / 8) % 2 == 1, "TW / 8 must be even");
 };
@@ -63,54 +63,55 @@ __device__ __forceinline__ unsigned dw_word(const uint4& v, int m) {
 }
 __device__ __forceinline__ unsigned dw_word(const uint2& v, int m) { return m == 0 ? v.x : v.y; }
 
-template <class T, int KH, int KW, int TH, int TW, int CB, bool Flip>
-__global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x,
-                                                             const unsigned short* __restrict__ w,
-                                                             unsigned short* __restrict__ y) {
-    using S = DwMmaSmem<TH, TW, CB, KH, KW>;
-    constexpr int kDwMmaThreads = dw_mma_threads(CB);
-    constexpr int NT = TW / 8, MT = TH / 16;
-    constexpr int PLANE = S::PLANE, OCT = CB / 8;
-    extern __shared__ __align__(16) unsigned char dw_mma_smem[];
-    unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
-    unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
-
-    // block = (channel chunk fastest, column tile, row tile, image); the last chunk may hold
-    // fewer than CB channels (a multiple of 8)
+// A block's place: block = (channel chunk fastest, column tile, row tile, image); the last
+// chunk may hold fewer than CB channels (cn, a multiple of 8).
+struct DwMmaBlock {
+    int n, c0, cn, oh0, ow0;
+};
+template <int TH, int TW, int CB>
+__device__ __forceinline__ DwMmaBlock dw_mma_block(const DwGeometry& g) {
     const int chunks = (g.C + CB - 1) / CB;
     const int wbs = (g.wo + TW - 1) / TW, hbs = (g.ho + TH - 1) / TH;
     unsigned b = blockIdx.x;
+    DwMmaBlock k;
     const int chunk = (int)(b % (unsigned)chunks); b /= (unsigned)chunks;
     const int wb = (int)(b % (unsigned)wbs); b /= (unsigned)wbs;
     const int hb = (int)(b % (unsigned)hbs);
-    const int n = (int)(b / (unsigned)hbs);
-    const int c0 = chunk * CB, oh0 = hb * TH, ow0 = wb * TW;
-    const int cn = min(CB, g.C - c0), oct_n = cn / 8;
-    const int tid = threadIdx.x;
+    k.n = (int)(b / (unsigned)hbs);
+    k.c0 = chunk * CB;
+    k.cn = min(CB, g.C - k.c0);
+    k.oh0 = hb * TH;
+    k.ow0 = wb * TW;
+    return k;
+}
 
-    // the block's filters: cn x KH x KW contiguous values, 16-byte aligned (c0 and cn are
-    // multiples of 8), loaded with the input tile and stored after it
-    constexpr int WV = CB * KH * KW / 8, WIT = (WV + kDwMmaThreads - 1) / kDwMmaThreads;
-    const int wv_n = cn * KH * KW / 8;
+// 1. The block's filters (cn x WPC contiguous values, 16-byte aligned: c0 and cn are
+// multiples of 8) and its input tile, transposed into the planes: item = (octet fastest, 4
+// columns, row); zeros outside the image and beyond the TW + KW - 1 columns the outputs read.
+template <int TH, int TW, int CB, int KH, int KW, int WPC>
+__device__ __forceinline__ void dw_mma_stage(const DwGeometry& g, const DwMmaBlock& k, const unsigned short* __restrict__ x,
+                                             const unsigned short* __restrict__ w, unsigned short* sin, unsigned short* sw) {
+    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
+    constexpr int THREADS = dw_mma_threads(CB), PLANE = S::PLANE, OCT = CB / 8;
+    const int tid = threadIdx.x, oct_n = k.cn / 8;
+    constexpr int WV = CB * WPC / 8, WIT = (WV + THREADS - 1) / THREADS;
+    const int wv_n = k.cn * WPC / 8;
     uint4 wv[WIT];
-    const uint4* wsrc = reinterpret_cast<const uint4*>(w + (int64_t)c0 * KH * KW);
+    const uint4* wsrc = reinterpret_cast<const uint4*>(w + (int64_t)k.c0 * WPC);
 #pragma unroll
     for (int i = 0; i < WIT; ++i) {
-        const int e = i * kDwMmaThreads + tid;
+        const int e = i * THREADS + tid;
         wv[i] = e < wv_n ? __ldg(wsrc + e) : make_uint4(0, 0, 0, 0);
     }
-
-    // 1. the input tile, transposed: item = (octet fastest, 4 columns, row); zeros outside
-    // the image and beyond the TW + KW - 1 columns the outputs read
     constexpr int QROW = S::IW / 4, BATCH = 4;
     constexpr int items = OCT * S::IR * QROW;  // octets from oct_n on: the last chunk's missing channels
-    const int ih0 = oh0 - g.ph, iw0 = ow0 - g.pw;
-    const unsigned short* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
-    for (int base = 0; base < items; base += BATCH * kDwMmaThreads) {
+    const int ih0 = k.oh0 - g.ph, iw0 = k.ow0 - g.pw;
+    const unsigned short* xn = x + (int64_t)k.n * g.hi * g.wi * g.C + k.c0;
+    for (int base = 0; base < items; base += BATCH * THREADS) {
         uint4 v[BATCH][4];
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
-            const int it = base + i * kDwMmaThreads + tid;
+            const int it = base + i * THREADS + tid;
             const int oct = it % OCT, rest = it / OCT, q = rest % QROW, rr = rest / QROW;
             const int ih = ih0 + rr;
             const bool row_in = it < items && oct < oct_n && ih >= 0 && ih < g.hi;
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
         }
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
-            const int it = base + i * kDwMmaThreads + tid;
+            const int it = base + i * THREADS + tid;
             if (it < items && it % OCT < oct_n) {
                 const int oct = it % OCT, rest = it / OCT, q = rest % QROW, rr = rest / QROW;
                 unsigned short* dst = sin + oct * PLANE + rr * S::IW + 4 * q;  // channel 8 oct + j: plane j OCT + oct
@@ -142,72 +143,68 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
     }
 #pragma unroll
     for (int i = 0; i < WIT; ++i) {
-        const int e = i * kDwMmaThreads + tid;
+        const int e = i * THREADS + tid;
         if (e < wv_n) reinterpret_cast<uint4*>(sw)[e] = wv[i];
     }
-    __syncthreads();
+}
 
-    // 2. the MMAs, a warp per channel. Fragments (mma.m16n8k16 .row.col): r = lane / 4,
-    // q = lane % 4; B: b0 = (k 2q, 2q+1; n r), b1 = (k 2q+8, 2q+9; n r); D: (r, 2q..) and
-    // (r + 8, 2q..). A warp writes its channel's output rows over the plane's first rows once
-    // it has read the rows under them: output rows [16 mt, 16 mt + 16) after M tile mt, whose
-    // input rows reach 16 mt + 15 + KH - 1; the next tile reads from row 16 (mt + 1) on.
-    const int warp = tid / 32, lane = tid % 32;
-    const int r = lane / 4, q = lane % 4;
-    const unsigned in_base = (unsigned)__cvta_generic_to_shared(sin) + (unsigned)(lane % 16) * S::IW * 2;
-    for (int c = warp; c < cn; c += kDwMmaThreads / 32) {
-        // B[k][n] = w[kh][k - n]: lane (r, q) holds k - n = 2q - r + {0, 1, 8, 9}
-        uint32_t bf[KH][2];
-        const unsigned short* wc = sw + c * KH * KW;
+// The plane of channel c of the block.
+template <int CB>
+__device__ __forceinline__ int dw_mma_plane(int c) { return c % 8 * (CB / 8) + c / 8; }
+
+// One M tile of one input plane against B fragments: acc[o][j] += A(rows 16 mt + kh.., 8-column
+// tile j) x bf[o] for each filter row's fragments (ldmatrix: the right half of one column
+// tile is the left half of the next). plane: this lane's ldmatrix row address at row 0.
+template <class T, int NT, int NO, int IW>
+__device__ __forceinline__ void dw_mma_row(float (&acc)[NO][NT][4], unsigned row, const uint32_t (&bf)[NO][2]) {
+    uint32_t lo[2];
+    ldsm_x2(lo, row);
 #pragma unroll
-        for (int kh = 0; kh < KH; ++kh) {
-            const int row = (Flip ? KH - 1 - kh : kh) * KW;
-            auto tap = [&](int kw) -> uint32_t {
-                return kw >= 0 && kw < KW ? wc[row + (Flip ? KW - 1 - kw : kw)] : 0u;
-            };
-            const int k0 = 2 * q - r;
-            bf[kh][0] = tap(k0) | tap(k0 + 1) << 16;
-            bf[kh][1] = tap(k0 + 8) | tap(k0 + 9) << 16;
-        }
-        const int pc = c % 8 * OCT + c / 8;  // the channel's plane
-        const unsigned plane = in_base + (unsigned)(pc * PLANE * 2);
-        unsigned short* oc = sin + pc * PLANE + 2 * q;
+    for (int j = 0; j < NT; ++j) {
+        uint32_t hi[2];
+        ldsm_x2(hi, row + (unsigned)((8 * j + 8) * 2));
+        const uint32_t a[4] = {lo[0], lo[1], hi[0], hi[1]};
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            float acc[NT][4];
-#pragma unroll
-            for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-#pragma unroll
-            for (int kh = 0; kh < KH; ++kh) {
-                const unsigned row = plane + (unsigned)((mt * 16 + kh) * S::IW * 2);
-                uint32_t lo[2];
-                ldsm_x2(lo, row);
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    uint32_t hi[2];
-                    ldsm_x2(hi, row + (unsigned)((8 * j + 8) * 2));
-                    const uint32_t a[4] = {lo[0], lo[1], hi[0], hi[1]};
-                    mma16816<T>(acc[j], a, bf[kh]);
-                    lo[0] = hi[0];
-                    lo[1] = hi[1];
-                }
-            }
-            __syncwarp();  // every lane's reads of these rows are done
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                *reinterpret_cast<uint32_t*>(oc + (mt * 16 + r) * S::IW + 8 * j) = pack_pair<T>(acc[j][0], acc[j][1]);
-                *reinterpret_cast<uint32_t*>(oc + (mt * 16 + r + 8) * S::IW + 8 * j) = pack_pair<T>(acc[j][2], acc[j][3]);
-            }
-        }
+        for (int o = 0; o < NO; ++o) mma16816<T>(acc[o][j], a, bf[o]);
+        lo[0] = hi[0];
+        lo[1] = hi[1];
     }
-    __syncthreads();
+}
 
-    // 3. the output rows back to channels-last: item = (octet fastest, 4 columns, row)
+// The D fragments (r, 2q..) and (r + 8, 2q..) of M tile mt as T, over the plane's rows
+// [16 mt, 16 mt + 16) (the caller has read them: __syncwarp first).
+template <class T, int NT, int IW>
+__device__ __forceinline__ void dw_mma_put(const float (&acc)[NT][4], unsigned short* plane, int mt, int lane) {
+    unsigned short* oc = plane + 2 * (lane % 4);
+    const int r = lane / 4;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        *reinterpret_cast<uint32_t*>(oc + (mt * 16 + r) * IW + 8 * j) = pack_pair<T>(acc[j][0], acc[j][1]);
+        *reinterpret_cast<uint32_t*>(oc + (mt * 16 + r + 8) * IW + 8 * j) = pack_pair<T>(acc[j][2], acc[j][3]);
+    }
+}
+
+// B[k][n] = f(k - n) for 0 <= k - n < KW, else 0: lane (r, q) holds k - n = 2q - r + {0, 1, 8, 9}.
+template <int KW, class Tap>
+__device__ __forceinline__ void dw_toeplitz(uint32_t (&b)[2], int lane, Tap&& tap) {
+    const int k0 = 2 * (lane % 4) - lane / 4;
+    auto at = [&](int kw) -> uint32_t { return kw >= 0 && kw < KW ? tap(kw) : 0u; };
+    b[0] = at(k0) | at(k0 + 1) << 16;
+    b[1] = at(k0 + 8) | at(k0 + 9) << 16;
+}
+
+// 3. The output rows back to channels-last: item = (octet fastest, 4 columns, row).
+template <int TH, int TW, int CB, int KH, int WPC>
+__device__ __forceinline__ void dw_mma_write(const DwGeometry& g, const DwMmaBlock& k, const unsigned short* sin,
+                                             unsigned short* __restrict__ y) {
+    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
+    constexpr int THREADS = dw_mma_threads(CB), PLANE = S::PLANE, OCT = CB / 8;
     constexpr int OQ = TW / 4, oitems = OCT * TH * OQ;
-    unsigned short* yn = y + (int64_t)n * g.ho * g.wo * g.C + c0;
-    for (int it = tid; it < oitems; it += kDwMmaThreads) {
+    const int oct_n = k.cn / 8;
+    unsigned short* yn = y + (int64_t)k.n * g.ho * g.wo * g.C + k.c0;
+    for (int it = threadIdx.x; it < oitems; it += THREADS) {
         const int oct = it % OCT, rest = it / OCT, q4 = rest % OQ, row = rest / OQ;
-        const int oh = oh0 + row, ow = ow0 + 4 * q4;
+        const int oh = k.oh0 + row, ow = k.ow0 + 4 * q4;
         if (oct >= oct_n || oh >= g.ho || ow >= g.wo) continue;
         uint2 v[8];
 #pragma unroll
@@ -228,9 +225,108 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
     }
 }
 
+// Depthwise: a warp per channel. A warp writes its channel's output rows over the plane's
+// first rows once it has read the rows under them: output rows [16 mt, 16 mt + 16) after M
+// tile mt, whose input rows reach 16 mt + 15 + KH - 1; the next tile reads from row
+// 16 (mt + 1) on.
+template <class T, int KH, int KW, int TH, int TW, int CB, bool Flip>
+__global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x,
+                                                                  const unsigned short* __restrict__ w,
+                                                                  unsigned short* __restrict__ y) {
+    using S = DwMmaSmem<TH, TW, CB, KH, KH * KW>;
+    constexpr int NT = TW / 8, MT = TH / 16;
+    extern __shared__ __align__(16) unsigned char dw_mma_smem[];
+    unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
+    unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
+    const DwMmaBlock k = dw_mma_block<TH, TW, CB>(g);
+    dw_mma_stage<TH, TW, CB, KH, KW, KH * KW>(g, k, x, w, sin, sw);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const unsigned in_base = (unsigned)__cvta_generic_to_shared(sin) + (unsigned)(lane % 16) * S::IW * 2;
+    for (int c = warp; c < k.cn; c += dw_mma_threads(CB) / 32) {
+        uint32_t bf[KH][1][2];
+        const unsigned short* wc = sw + c * KH * KW;
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh) {
+            const int row = (Flip ? KH - 1 - kh : kh) * KW;
+            dw_toeplitz<KW>(bf[kh][0], lane, [&](int kw) -> uint32_t { return wc[row + (Flip ? KW - 1 - kw : kw)]; });
+        }
+        const int pc = dw_mma_plane<CB>(c);
+        const unsigned plane = in_base + (unsigned)(pc * S::PLANE * 2);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            float acc[1][NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.f;
+#pragma unroll
+            for (int kh = 0; kh < KH; ++kh)
+                dw_mma_row<T, NT, 1, S::IW>(acc, plane + (unsigned)((mt * 16 + kh) * S::IW * 2), bf[kh]);
+            __syncwarp();  // every lane's reads of these rows are done
+            dw_mma_put<T, NT, S::IW>(acc[0], sin + pc * S::PLANE, mt, lane);
+        }
+    }
+    __syncthreads();
+    dw_mma_write<TH, TW, CB, KH, KH * KW>(g, k, sin, y);
+}
+
+// Grouped, CPG (2 or 4) channels per group: out[o] = sum over the group's inputs i and filter
+// rows kh of A(plane i, rows + kh) x Toeplitz(w[o][kh][.][i]) (bwd_data, Flip: the forward
+// over dy with w'[o][kh][kw][i] = w[i][KH-1-kh][KW-1-kw][o]). A warp per group: each A
+// fragment feeds the CPG output channels' MMAs; the group's output rows go over its input
+// planes once the M tile's rows are read.
+template <class T, int CPG, int KH, int KW, int TH, int TW, int CB, bool Flip>
+__global__ void __launch_bounds__(dw_mma_threads(CB)) conv_gmma(DwGeometry g, const unsigned short* __restrict__ x,
+                                                                const unsigned short* __restrict__ w,
+                                                                unsigned short* __restrict__ y) {
+    constexpr int WPC = KH * KW * CPG;
+    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
+    constexpr int NT = TW / 8, MT = TH / 16;
+    extern __shared__ __align__(16) unsigned char dw_mma_smem[];
+    unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
+    unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
+    const DwMmaBlock k = dw_mma_block<TH, TW, CB>(g);
+    dw_mma_stage<TH, TW, CB, KH, KW, WPC>(g, k, x, w, sin, sw);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const unsigned in_base = (unsigned)__cvta_generic_to_shared(sin) + (unsigned)(lane % 16) * S::IW * 2;
+    for (int grp = warp; grp * CPG < k.cn; grp += dw_mma_threads(CB) / 32) {
+        const unsigned short* wg = sw + grp * CPG * WPC;  // the group's filters [o][kh][kw][i]
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            float acc[CPG][NT][4];
+#pragma unroll
+            for (int o = 0; o < CPG; ++o)
+#pragma unroll
+                for (int j = 0; j < NT; ++j) acc[o][j][0] = acc[o][j][1] = acc[o][j][2] = acc[o][j][3] = 0.f;
+#pragma unroll
+            for (int i = 0; i < CPG; ++i) {
+                const unsigned plane = in_base + (unsigned)(dw_mma_plane<CB>(grp * CPG + i) * S::PLANE * 2);
+#pragma unroll
+                for (int kh = 0; kh < KH; ++kh) {
+                    uint32_t bf[CPG][2];
+#pragma unroll
+                    for (int o = 0; o < CPG; ++o)
+                        dw_toeplitz<KW>(bf[o], lane, [&](int kw) -> uint32_t {
+                            return Flip ? wg[((i * KH + KH - 1 - kh) * KW + KW - 1 - kw) * CPG + o]
+                                        : wg[((o * KH + kh) * KW + kw) * CPG + i];
+                        });
+                    dw_mma_row<T, NT, CPG, S::IW>(acc, plane + (unsigned)((mt * 16 + kh) * S::IW * 2), bf);
+                }
+            }
+            __syncwarp();  // every lane's reads of these rows are done
+#pragma unroll
+            for (int o = 0; o < CPG; ++o)
+                dw_mma_put<T, NT, S::IW>(acc[o], sin + dw_mma_plane<CB>(grp * CPG + o) * S::PLANE, mt, lane);
+        }
+    }
+    __syncthreads();
+    dw_mma_write<TH, TW, CB, KH, WPC>(g, k, sin, y);
+}
+
 // TH x TW x CB: output rows (16 or 32: the MMA's M) x output columns (16, 32 or 64) x
-// channels per block (8, 16, 32 or 64; the last block of a row may hold fewer).
-template <int DType, int Ndim, int Direction, int TH, int TW, int CB>
+// channels per block (8, 16, 32 or 64; the last block of a row may hold fewer). CPG: 1
+// (depthwise, conv_dw_mma) or 2 / 4 channels per group (conv_gmma).
+template <int DType, int Ndim, int Direction, int TH, int TW, int CB, int CPG = 1>
 struct Sm90DwMmaConv {
     using T = typename ConvElement<DType>::T;
     static_assert(Ndim == 2, "the tensor-core depthwise kernel is 2D");
@@ -238,18 +334,20 @@ struct Sm90DwMmaConv {
     static_assert(TH == 16 || TH == 32, "16 or 32 output rows");
     static_assert(TW == 16 || TW == 32 || TW == 64, "16, 32 or 64 output columns");
     static_assert(CB == 8 || CB == 16 || CB == 32 || CB == 64, "8, 16, 32 or 64 channels per block");
+    static_assert(CPG == 1 || CPG == 2 || CPG == 4, "1, 2 or 4 channels per group");
     // the filter sizes and the view of the problem (bwd_data: the forward over dy)
     using Dw = Sm90DwConv<DType, 2, Direction, 1, 8, 4>;
+    static constexpr bool kFlip = Direction == TD_CONV_BWD_DATA;
 
     template <int KH>
-    static constexpr bool fits() { return DwMmaSmem<TH, TW, CB, KH, KH>::bytes <= kDwMmaSmemMost; }
+    static constexpr bool fits() { return DwMmaSmem<TH, TW, CB, KH, KH * KH * CPG>::bytes <= kDwMmaSmemMost; }
 
     static int supports(const TdConvProblem& p, std::string* why) {
         ConvGeometry g{};
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
-        if (int st = conv_channels_are(g, 1, why)) return st;
-        if (g.G % 8) {
-            *why = "G = " + std::to_string(g.G) + " is not a multiple of 8 (16-byte channel vectors)";
+        if (int st = conv_channels_are(g, CPG, why)) return st;
+        if ((g.G * CPG) % 8) {
+            *why = "G x C = " + std::to_string(g.G * CPG) + " is not a multiple of 8 (16-byte channel vectors)";
             return TD_UNSUPPORTED;
         }
         for (int i = 0; i < 3; ++i)
@@ -279,19 +377,22 @@ struct Sm90DwMmaConv {
                                      "kernel takes it");
         ConvGeometry geo{};
         conv_geometry(p, &geo);
-        const DwGeometry d = Dw::view(geo);
-        constexpr bool flip = Direction == TD_CONV_BWD_DATA;
+        DwGeometry d = Dw::view(geo);
+        d.C = (int)geo.G * CPG;  // every channel (the view counts groups)
         // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)
-        const auto* src = static_cast<const unsigned short*>(flip ? out : in);
-        auto* dst = static_cast<unsigned short*>(const_cast<void*>(flip ? in : out));
+        const auto* src = static_cast<const unsigned short*>(kFlip ? out : in);
+        auto* dst = static_cast<unsigned short*>(const_cast<void*>(kFlip ? in : out));
         const auto* w = static_cast<const unsigned short*>(wei);
         const int64_t blocks = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * ((d.C + CB - 1) / CB);
         if (blocks > INT32_MAX) return fail(TD_REJECTED, "too many blocks for one launch");
         Dw::with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
             constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
             if constexpr (fits<KH>()) {
-                constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KW>::bytes;
-                auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, flip>;
+                constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KH * KW * CPG>::bytes;
+                auto kernel = [] {
+                    if constexpr (CPG == 1) return conv_dw_mma<T, KH, KW, TH, TW, CB, kFlip>;
+                    else return conv_gmma<T, CPG, KH, KW, TH, TW, CB, kFlip>;
+                }();
                 if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
                 kernel<<<(unsigned)blocks, dw_mma_threads(CB), bytes, stream>>>(d, src, w, dst);
             }
@@ -299,9 +400,10 @@ struct Sm90DwMmaConv {
         return launch_status();
     }
 
-    // KernelInfo: tile = (TH, TW, CB), schedule 8 = tensor-core depthwise.
+    // KernelInfo: tile = (TH, TW, CB), micro_m = channels per group, schedule 8 = Toeplitz
+    // tensor-core convolution (depthwise and grouped).
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, -1, TH, TW, CB, 1, 0, 8, 0, 0}, &supports, &workspace_size, &run};
+        return ConvKernel{{name, DType, Ndim, Direction, -1, TH, TW, CB, CPG, 0, 8, 0, 0}, &supports, &workspace_size, &run};
     }
 };
 
