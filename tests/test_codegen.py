@@ -340,10 +340,13 @@ def test_bad_depthwise_mma_variants_name_the_rule(tmp_path, layout, direction, t
 
 
 def test_toeplitz_mma_variants_round_trip_and_name_their_rules(tmp_path):
-    configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "toeplitz_mma"]
+    """The grouped Toeplitz kernels: opt-in (bench/sweeps/sm90_conv_depthwise_mma.yaml), not in
+    kernels.yaml (level with tiled_mma)."""
+    assert not [c for c in sm90_default_configs() if c.knobs.algorithm == "toeplitz_mma"]
+    sweep = Path(__file__).resolve().parents[1] / "bench" / "sweeps" / "sm90_conv_depthwise_mma.yaml"
+    configs = [c for c in expand(load_manifest(sweep), ["sm_90a"]).configs if c.knobs.algorithm == "toeplitz_mma"]
     names = {c.name for c in configs}
-    assert names == {f"conv_{d}_nhwgc_{t}_16x32x16_tpmma_cpg{g}_sm90a" for d in ("fwd", "bwddata")
-                     for t in ("bf16", "fp16") for g in (2, 4)}
+    assert names == {f"conv_{d}_nhwgc_bf16_16x32x16_tpmma_cpg{g}_sm90a" for d in ("fwd", "bwddata") for g in (2, 4)}
     for c in configs:
         assert config_from_name(c.name) == c
         assert "cuda::Sm90DwMmaConv<" in emit_source(c) and f", {c.knobs.channels_per_group}>" in emit_source(c)
