@@ -26,6 +26,9 @@
 // The zeros of B multiply input columns the output does not read: a non-finite input value
 // can therefore spread to outputs up to 15 columns away (the direct kernels keep it to its
 // receptive field).
+// conv_gmma applies the same MMAs to grouped convolution at 2 and 4 channels per group (each
+// output channel sums its group's inputs; a warp per group). It measured level with the
+// tiled_mma kernels (ResNeXt-50), so only an opt-in sweep builds it.
 #pragma once
 
 #include "cuda/conv_depthwise.cuh"
