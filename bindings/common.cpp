@@ -76,10 +76,6 @@ static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, in
                2.0 * tile_overhead + (split ? 3.0 * tile_overhead * sharing : 0.0);
     }
     if (k.pad) cost *= 1.01;  // the same kernel plus the checks; its copies only when misaligned
-    // fp8 stream-K (our two-buffer mainloop): 2-3% slower than the data-parallel tile where the
-    // model had them within 2% (H200, tenth session: 8192^3 1219 against 1249 TFLOP/s,
-    // 4096x28672x4096 1247 against 1290, 4096x4096x14336 1243 against 1271)
-    if (streamk && (k.dtype == TD_FP8_E4M3 || k.dtype == TD_FP8_E5M2)) cost *= 1.03;
     return cost;
 }
 
