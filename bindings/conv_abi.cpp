@@ -114,15 +114,6 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     if (k.schedule == 6)
         return (k.micro_m >= 4 ? 0.4 : 1e6) + 0.0005 * (k.tile_n < 32) +
                0.001 * std::fabs(std::log2((double)k.tile_m / 256.0));
-    // depthwise kernels compiled per filter size (conv_depthwise.cuh): ahead of the direct
-    // kernels wherever they take the problem (H200, bench/conv.py: MobileNetV2 3x3 fwd 78 ->
-    // 50 us, ConvNeXt 7x7 fwd 87 -> 60, Mamba conv1d fwd 115 -> 72, bwd_weight 122 -> 91,
-    // 150 -> 96, 117 -> 97). Rows per thread nearest 3 for filters up to 3 rows, else 4 (the
-    // fastest of 1-4 rows there: 3x3 50.5 us at 3 rows, 53.9 at 4; 7x7 59.7 at 4, 65.5 at 3).
-    // bwd_weight: the sliding kernel (rows > 1) ahead of the row kernel, 8 columns x 2
-    // channels for 3x3, 4 x 1 for larger filters (the fastest in the eighth session's sweep:
-    // 3x3 53.6 us against 62.3 at 8x1 and 77.2 for the row kernel; 7x7 52.9 against 68.7 at
-    // 2x1 and 90.4); segments of at least 4, 8 or 16 rows measured alike, 8 kept.
     // depthwise on tensor cores (conv_depthwise_mma.cuh; fwd and bwd_data, 2D). Measured on
     // the H200 against the CUDA-core depthwise kernels (bench/conv.py --every, bf16 fwd):
     // ahead from 5x5 up (7x7 at 14 / 28 / 56 pixels 20.4 / 30.2 / 54.6 us against 35.2 / 57.5
@@ -143,6 +134,15 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
         if (k.micro_m > 1) return 0.45 + 0.1 * waste + tiles;
         return (g.fil[1] <= 3 ? 0.36 : 0.3) + 0.1 * waste + tiles;
     }
+    // depthwise kernels compiled per filter size (conv_depthwise.cuh): ahead of the direct
+    // kernels wherever they take the problem (H200, bench/conv.py: MobileNetV2 3x3 fwd 78 ->
+    // 50 us, ConvNeXt 7x7 fwd 87 -> 60, Mamba conv1d fwd 115 -> 72, bwd_weight 122 -> 91,
+    // 150 -> 96, 117 -> 97). Rows per thread nearest 3 for filters up to 3 rows, else 4 (the
+    // fastest of 1-4 rows there: 3x3 50.5 us at 3 rows, 53.9 at 4; 7x7 59.7 at 4, 65.5 at 3).
+    // bwd_weight: the sliding kernel (rows > 1) ahead of the row kernel, 8 columns x 2
+    // channels for 3x3, 4 x 1 for larger filters (the fastest in the eighth session's sweep:
+    // 3x3 53.6 us against 62.3 at 8x1 and 77.2 for the row kernel; 7x7 52.9 against 68.7 at
+    // 2x1 and 90.4); segments of at least 4, 8 or 16 rows measured alike, 8 kept.
     if (k.schedule == 7) {
         const bool wgrad = p.base.direction == TD_CONV_BWD_WEIGHT;
         const int rows = wgrad ? 8 : g.fil[1] <= 3 ? 3 : 4;

@@ -157,8 +157,8 @@ __device__ __forceinline__ int dw_mma_plane(int c) { return c % 8 * (CB / 8) + c
 
 // One M tile of one input plane against B fragments: acc[o][j] += A(rows 16 mt + kh.., 8-column
 // tile j) x bf[o] for each filter row's fragments (ldmatrix: the right half of one column
-// tile is the left half of the next). plane: this lane's ldmatrix row address at row 0.
-template <class T, int NT, int NO, int IW>
+// tile is the left half of the next). row: this lane's ldmatrix address of the tile's first row.
+template <class T, int NT, int NO>
 __device__ __forceinline__ void dw_mma_row(float (&acc)[NO][NT][4], unsigned row, const uint32_t (&bf)[NO][2]) {
     uint32_t lo[2];
     ldsm_x2(lo, row);
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
             for (int j = 0; j < NT; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.f;
 #pragma unroll
             for (int kh = 0; kh < KH; ++kh)
-                dw_mma_row<T, NT, 1, S::IW>(acc, plane + (unsigned)((mt * 16 + kh) * S::IW * 2), bf[kh]);
+                dw_mma_row<T, NT, 1>(acc, plane + (unsigned)((mt * 16 + kh) * S::IW * 2), bf[kh]);
             __syncwarp();  // every lane's reads of these rows are done
             dw_mma_put<T, NT, S::IW>(acc[0], sin + pc * S::PLANE, mt, lane);
         }
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_gmma(DwGeometry g, co
                             return Flip ? wg[((i * KH + KH - 1 - kh) * KW + KW - 1 - kw) * CPG + o]
                                         : wg[((o * KH + kh) * KW + kw) * CPG + i];
                         });
-                    dw_mma_row<T, NT, CPG, S::IW>(acc, plane + (unsigned)((mt * 16 + kh) * S::IW * 2), bf);
+                    dw_mma_row<T, NT, CPG>(acc, plane + (unsigned)((mt * 16 + kh) * S::IW * 2), bf);
                 }
             }
             __syncwarp();  // every lane's reads of these rows are done
