@@ -31,11 +31,13 @@
 #pragma once
 
 #include "cuda/conv_mma.cuh"
+#include "cuda/tma.cuh"
 
 namespace td::cuda {
 
 constexpr int kTcThreads = 256;  // eight warps: two or four per virtual group
 constexpr int kTcWarps = kTcThreads / 32;
+constexpr int kTcBand = 8;  // fwd / bwd_data: tiles a block walks at most
 
 struct TcPlan {
     int bc, vg, vgs;              // channels per block, virtual group, virtual groups per block
@@ -48,6 +50,8 @@ struct TcPlan {
     int tap_groups, group_taps;   // bwd_weight: taps split over blocks, taps per block
     int maxt;                     // bwd_weight: taps per warp (accumulators held in registers)
     int stages;                   // bwd_weight: tile buffers (2: the next tile's copy under this one's MMAs)
+    int tma;                      // fwd / bwd_data: 3 = tiles in and out by TMA (0: software copies)
+    int box_bytes;                // the input box's bytes (in_bytes: rounded up to the swizzle's 1024)
     int64_t pixel_tiles;          // output tiles in all
     int band, bands;              // tiles one block walks; bands = blocks along the pixels
     int64_t blocks;               // chunks x tap groups x bands
@@ -70,14 +74,18 @@ inline int balanced(int n, int most) {
 
 // The plan of a problem described as a forward (bwd_data: over dy with the flipped filter).
 // wgrad: bwd_weight, whose blocks each walk several tiles (fewer fp32 partial rows).
-inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad, int sms, TcPlan* out) {
+// tma (fwd / bwd_data): the tiles move by TMA, a pixel takes bc x 2 bytes in shared memory
+// (swizzled) and the input has two buffers where they fit; false where a box side would pass
+// 256 (the plan is then the software copy's).
+inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad, int sms, bool tma, TcPlan* out) {
     TcPlan p{};
     const int chans = g.G * cpg;
     p.vg = (wgrad || cpg == 16) ? 16 : 8;
     p.bc = chans % 32 == 0 && tc >= 32 ? 32 : (chans % 16 == 0 ? 16 : 0);
     if (!p.bc || p.bc < p.vg || cpg > p.vg || p.vg % cpg) return false;
+    tma = tma && !wgrad;
     p.vgs = p.bc / p.vg;
-    p.pitch = p.bc * 2 + 16;
+    p.pitch = tma ? p.bc * 2 : p.bc * 2 + 16;
     p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
     if (wgrad) {  // warps per virtual group split the taps; 4, 8 or 16 accumulator sets a warp
         // (registers: 2D 3x3 needs 3 and at 8 ran two blocks per SM where 4 allows three)
@@ -98,15 +106,29 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         p.cols_in = (p.tw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
         p.tm_pad = (p.th * p.tw + 15) / 16 * 16;
         const int64_t in_px = (int64_t)p.planes_in * p.rows_in * p.cols_in;
-        p.in_bytes = (int)std::min<int64_t>(in_px * p.pitch, INT32_MAX);
+        p.box_bytes = (int)std::min<int64_t>(in_px * p.pitch, INT32_MAX);
+        p.in_bytes = tma ? (p.box_bytes + 1023) / 1024 * 1024 : p.box_bytes;  // TMA: swizzle-aligned buffers
         p.out_bytes = p.tm_pad * p.pitch;  // fwd: the output staging; bwd_weight: the dy tile
         p.w_bytes = wgrad ? 0 : p.vgs * p.tp * p.vg * p.vg * 2;
-        p.table_bytes = 16 + (p.tm_pad + p.tp) * 4;  // a zero slot, pixel offsets, tap offsets
+        // a zero slot, the TMA mbarriers, the band's tiles, pixel offsets, tap offsets
+        p.table_bytes = 32 + kTcBand * 16 + (p.tm_pad + p.tp) * 4;
         p.smem = (size_t)p.in_bytes + p.out_bytes + p.w_bytes + p.table_bytes;
         if (p.smem <= 112 * 1024) break;
         if (p.th > 1) p.th = balanced(g.out[1], (p.th + 1) / 2);
         else if (p.tw > 16) p.tw = balanced(g.out[2], (p.tw + 1) / 2);
         else return false;
+    }
+    if (tma) {
+        if (p.cols_in > 256 || p.rows_in > 256 || p.planes_in > 256 || p.tw > 256 || p.th > 256)
+            return tc_plan(g, cpg, tm, tc, wgrad, sms, false, out);
+        p.tma = 3;
+        // a second input buffer (the next tile's copy under this tile's MMAs) only where it
+        // costs no resident block. H200, bf16: ResNeXt-50 fwd one buffer 29.2 us (5 blocks a
+        // SM by shared memory), two 31.7 (3); ResNeXt-101 48.2 and 47.7
+        const size_t two = p.smem + p.in_bytes;
+        const bool fits = two <= 112 * 1024 && (227u << 10) / (two + 1024) >= (227u << 10) / (p.smem + 1024);
+        p.stages = fits ? 2 : 1;
+        if (fits) p.smem = two;
     }
     p.tiles_w = (g.out[2] + p.tw - 1) / p.tw;
     p.tiles_h = (g.out[1] + p.th - 1) / p.th;
@@ -139,7 +161,7 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         const int64_t bands_most = std::max<int64_t>(1, (int64_t)per_sm * sms / lanes);
         band = std::max((p.pixel_tiles + bands_most - 1) / bands_most, need);
     } else {
-        band = std::max<int64_t>(1, std::min<int64_t>(fill / 2, 8));
+        band = std::max<int64_t>(1, std::min<int64_t>(fill / 2, kTcBand));
     }
     p.band = (int)std::min<int64_t>(band, p.pixel_tiles);
     p.bands = (int)((p.pixel_tiles + p.band - 1) / p.band);
@@ -305,41 +327,71 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
 
 // ---------------------------------------------------------------- forward (and bwd_data)
 // g: the problem as a forward (bwd_data: over dy, flipped); x: its input; y: its output.
-// A block loads its weight image once and walks pl.band tiles; the next tile's copy starts
-// before this tile's results are stored.
+// A block loads its weight image once and walks pl.band tiles.
+//   pl.tma: one thread moves each tile by TMA (xmap: the input box with its halo, zeros
+//           outside the image; ymap: the staged results, clipped at the image's edge). A
+//           pixel's bc x 2 bytes are one swizzled span in shared memory (16-byte piece j of
+//           pixel p at j ^ (p / 2 % 4) for 32 channels, j ^ (p / 4 % 2) for 16), so the
+//           ldmatrix rows of consecutive pixels and the staging writes hit distinct banks.
+//           With pl.stages 2 the next tile's copy runs under this tile's MMAs.
+//   else:   the threads copy the input with cp.async (padded pitch) after this tile's MMAs
+//           and store the results with 16-byte writes.
 template <class T, int VG>
 __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
-                                                          const T* __restrict__ wimg, T* __restrict__ y) {
-    extern __shared__ __align__(16) unsigned char smem[];
+                                                          const T* __restrict__ wimg, T* __restrict__ y,
+                                                          const __grid_constant__ CUtensorMap xmap,
+                                                          const __grid_constant__ CUtensorMap ymap) {
+    extern __shared__ __align__(1024) unsigned char smem[];
     constexpr int NT = VG / 8;  // n8 tiles per virtual group
     constexpr int PM = 4;       // m16 tiles a warp carries at once (independent MMAs, one B load)
-    unsigned char* tile = smem;
-    unsigned char* otile = smem + pl.in_bytes;
-    unsigned char* wsm = otile + pl.out_bytes;
+    // the output staging first (at the 1024-byte aligned base), then the input buffers (each
+    // 1024-byte aligned under TMA), the weights, the tables
+    const bool tma = pl.tma != 0;
+    const int stages = tma ? pl.stages : 1;
+    unsigned char* otile = smem;
+    unsigned char* tiles_in = smem + pl.out_bytes;
+    unsigned char* wsm = tiles_in + stages * pl.in_bytes;
     uint4* zero = reinterpret_cast<uint4*>(wsm + pl.w_bytes);  // 16 zero bytes: the padded taps' A rows
-    int* pixoff = reinterpret_cast<int*>(zero + 1);
+    uint64_t* bar = reinterpret_cast<uint64_t*>(zero + 1);      // the TMA copies' mbarriers, one a buffer
+    TcTile* tiles = reinterpret_cast<TcTile*>(zero + 2);        // the band's tiles (at most kTcBand)
+    int* pixoff = reinterpret_cast<int*>(tiles + kTcBand);
     int* tapoff = pixoff + pl.tm_pad;
     const int chunk = (int)(blockIdx.x % (unsigned)pl.chunks);
     const int64_t first = (int64_t)(blockIdx.x / (unsigned)pl.chunks) * pl.band;
-    const int64_t last = min(first + pl.band, pl.pixel_tiles);
+    const int ntiles = (int)(min(first + pl.band, pl.pixel_tiles) - first);
+    auto tma_input = [&](const TcTile& t, int buf) {
+        const int c[5] = {chunk * pl.bc, t.ow0 * g.stride[2] - g.pad[2], t.oh0 * g.stride[1] - g.pad[1],
+                          t.od * g.stride[0] - g.pad[0], t.n};
+        mbar_expect(bar + buf, (unsigned)pl.box_bytes);
+        tma_load_5d(tiles_in + buf * pl.in_bytes, &xmap, c, bar + buf);
+    };
 
-    // the weight image of this channel block (contiguous, 16-byte multiples), the first tile
+    // the weight image of this channel block (contiguous, 16-byte multiples), the first tile,
+    // the band's tile coordinates (their divisions once per block, not per tile and thread)
     const int wvec = pl.w_bytes / 16;
     const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)chunk * wvec;
     for (int i = threadIdx.x; i < wvec; i += kTcThreads) cp_async16(reinterpret_cast<uint4*>(wsm) + i, wsrc + i, true);
-    const TcWalks<VG == 8> walks(pl);
-    TcTile cur = tc_tile(g, pl, first);
-    tc_load_input(g, pl, cur, chunk, x, tile, walks.input(pl));
+    const TcWalks<false> walks(pl);  // the software copies' walks (rebuilt where used: TMA needs none)
+    if (threadIdx.x == 0) {
+        *zero = make_uint4(0, 0, 0, 0);
+        if (tma) {
+            mbar_init(bar, 1);
+            mbar_init(bar + 1, 1);
+            tma_input(tc_tile(g, pl, first), 0);
+        }
+    }
+    if (!tma) tc_load_input(g, pl, tc_tile(g, pl, first), chunk, x, tiles_in, walks.input(pl));
     cp_async_commit();
+    if ((int)threadIdx.x < ntiles) tiles[threadIdx.x] = tc_tile(g, pl, first + threadIdx.x);
     tc_tables(g, pl, pixoff, tapoff);
-    if (threadIdx.x == 0) *zero = make_uint4(0, 0, 0, 0);
+    __syncthreads();  // the mbarriers are initialized before any thread waits on them
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tile);
     const unsigned w_s = (unsigned)__cvta_generic_to_shared(wsm);
     const unsigned zero_s = (unsigned)__cvta_generic_to_shared(zero);
-    const int gstep = pl.vgs >= kTcWarps ? kTcWarps : pl.vgs;  // warps over virtual groups, then m tiles
-    const int mstep = kTcWarps / gstep;
+    // warps over virtual groups (vgs: 1, 2 or 4), then m tiles: shifts, not divisions
+    const int gshift = pl.vgs >= kTcWarps ? 3 : 31 - __clz(pl.vgs);
+    const int gstep = 1 << gshift, mshift = 3 - gshift, mstep = 1 << mshift;
     const int mtiles = pl.tm_pad / 16;
     const int kchunks = VG == 16 ? pl.tp : pl.tp / 2;
     // A: lane -> (row of the 16, k half); B: lane -> (matrix, row)
@@ -348,73 +400,99 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
     const int units = pl.bc / 8;
     const int64_t ochans = (int64_t)g.G * g.K;
     T* ybase = y + (int64_t)chunk * pl.bc + (threadIdx.x & (units - 1)) * 8;
+    // the swizzle: 16-byte piece j of the pixel at byte offset o sits at piece j ^ ((o >> 7) & sw_in)
+    // (32 channels: 64-byte pixels, o >> 7 = p / 2; 16: 32-byte pixels, p / 4); the staging
+    // tile the same way (pixel m: (m >> sw_shift) & sw_out)
+    const unsigned sw_in = tma ? (pl.bc == 32 ? 3u : 1u) : 0u;
+    const int sw_shift = pl.bc == 32 ? 1 : 2, sw_out = (int)sw_in;
 
-    for (int64_t ti = first; ti < last; ++ti) {
+    for (int k = 0; k < ntiles; ++k) {
+        const int buf = stages == 2 ? (k & 1) : 0;
+        if (tma && threadIdx.x == 0 && stages == 2 && k + 1 < ntiles)
+            tma_input(tiles[k + 1], buf ^ 1);  // that buffer's last reads ended at the last barrier
         cp_async_wait_all();
-        __syncthreads();  // this tile's pixels (and the weights) are in; the last stores are done
-        for (int vg = warp % gstep; vg < pl.vgs; vg += gstep) {
-            const int chan_b = vg * VG * 2 + (VG == 16 ? a_half * 16 : 0);
+        if (tma) mbar_wait(bar + buf, stages == 2 ? (k >> 1) & 1 : k & 1);
+        if (tma && threadIdx.x == 0) tma_store_wait_read();  // the last tile's staging was read
+        __syncthreads();  // this tile's pixels (and the weights) are in; the staging is free
+        const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tiles_in + buf * pl.in_bytes);
+        for (int vg = warp & (gstep - 1); vg < pl.vgs; vg += gstep) {
+            // this lane's 16-byte piece of a pixel: channels vg x VG (+ 8 for the k half at VG 16)
+            const unsigned piece = (unsigned)(vg * VG * 2 + (VG == 16 ? a_half * 16 : 0)) >> 4;
             // B row address of this lane at k chunk 0: VG 16: x4 (n tile, k half); VG 8: x2 (tap pair)
             const unsigned b_base = VG == 16
                 ? w_s + (unsigned)(((vg * pl.tp * 2 + (mat & 1)) * 16 + (mat >> 1) * 8 + brow) * 16)
                 : w_s + (unsigned)(((vg * pl.tp + (mat & 1)) * 8 + brow) * 16);
             const unsigned b_step = VG == 16 ? 2 * 16 * 16 : 2 * 8 * 16;  // bytes per k chunk
-            for (int mt0 = warp / gstep; mt0 < mtiles; mt0 += PM * mstep) {
-                float acc[PM][NT][4];
-                unsigned arow[PM];
+            for (int mt0 = warp >> gshift; mt0 < mtiles; mt0 += PM * mstep) {
+                // C m tiles (mt0, + mstep, ...): all C fragments loaded before the C MMAs, no
+                // branch inside (H200: the MMAs had waited on one ldmatrix each)
+                auto step = [&](auto count) {
+                    constexpr int C = decltype(count)::value;
+                    float acc[C][NT][4];
+                    unsigned prow[C];  // byte offset of this lane's A row pixel at tap 0
 #pragma unroll
-                for (int i = 0; i < PM; ++i) {
-                    const int mt = min(mt0 + i * mstep, mtiles - 1);
-                    arow[i] = tile_s + (unsigned)(pixoff[mt * 16 + a_row] + chan_b);
+                    for (int i = 0; i < C; ++i) {
+                        prow[i] = (unsigned)pixoff[(mt0 + i * mstep) * 16 + a_row];
 #pragma unroll
-                    for (int j = 0; j < NT; ++j)
+                        for (int j = 0; j < NT; ++j)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-                }
-                const int count = (mtiles - 1 - mt0) / mstep + 1;  // m tiles of this step (warp-uniform)
-                for (int kc = 0; kc < kchunks; ++kc) {
-                    uint32_t bf[NT][2];
-                    if constexpr (VG == 16) {
-                        uint32_t r4[4];
-                        ldsm_x4(r4, b_base + kc * b_step);
-                        bf[0][0] = r4[0]; bf[0][1] = r4[1]; bf[1][0] = r4[2]; bf[1][1] = r4[3];
-                    } else {
-                        uint32_t r2[2];
-                        ldsm_x2(r2, b_base + kc * b_step);
-                        bf[0][0] = r2[0]; bf[0][1] = r2[1];
+                            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
                     }
-                    const int toff = tapoff[VG == 16 ? kc : 2 * kc + a_half];
+                    for (int kc = 0; kc < kchunks; ++kc) {
+                        uint32_t a[C][4], bf[NT][2];
+                        if constexpr (VG == 16) {
+                            uint32_t r4[4];
+                            ldsm_x4(r4, b_base + kc * b_step);
+                            bf[0][0] = r4[0]; bf[0][1] = r4[1]; bf[1][0] = r4[2]; bf[1][1] = r4[3];
+                        } else {
+                            uint32_t r2[2];
+                            ldsm_x2(r2, b_base + kc * b_step);
+                            bf[0][0] = r2[0]; bf[0][1] = r2[1];
+                        }
+                        const int toff = tapoff[VG == 16 ? kc : 2 * kc + a_half];
 #pragma unroll
-                    for (int i = 0; i < PM; ++i) {
-                        if (i >= count) break;
-                        uint32_t a[4];
-                        ldsm_x4(a, toff >= 0 ? arow[i] + (unsigned)toff : zero_s);
+                        for (int i = 0; i < C; ++i) {
+                            const unsigned o = prow[i] + (unsigned)toff;
+                            ldsm_x4(a[i], toff >= 0 ? tile_s + o + ((piece ^ ((o >> 7) & sw_in)) << 4) : zero_s);
+                        }
 #pragma unroll
-                        for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], a, bf[j]);
+                        for (int i = 0; i < C; ++i)
+#pragma unroll
+                            for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], a[i], bf[j]);
                     }
-                }
-                // accumulators -> the output staging tile: rows r and r + 8, channels 2q, 2q + 1
+                    // accumulators -> the staging tile: rows r and r + 8, channels 2q, 2q + 1
 #pragma unroll
-                for (int i = 0; i < PM; ++i) {
-                    if (i >= count) break;
-                    const int m = (mt0 + i * mstep) * 16 + (lane >> 2);
+                    for (int i = 0; i < C; ++i) {
+                        const int m = (mt0 + i * mstep) * 16 + (lane >> 2);
+                        const int sw = ((m >> sw_shift) & sw_out) << 4;  // the same for m + 8
 #pragma unroll
-                    for (int j = 0; j < NT; ++j) {
-                        const int ch = vg * VG + j * 8 + 2 * (lane & 3);
-                        *reinterpret_cast<uint32_t*>(otile + m * pl.pitch + ch * 2) =
-                            pack_pair<T>(acc[i][j][0], acc[i][j][1]);
-                        *reinterpret_cast<uint32_t*>(otile + (m + 8) * pl.pitch + ch * 2) =
-                            pack_pair<T>(acc[i][j][2], acc[i][j][3]);
+                        for (int j = 0; j < NT; ++j) {
+                            const int cb = ((vg * VG + j * 8 + 2 * (lane & 3)) * 2) ^ sw;
+                            *reinterpret_cast<uint32_t*>(otile + m * pl.pitch + cb) = pack_pair<T>(acc[i][j][0], acc[i][j][1]);
+                            *reinterpret_cast<uint32_t*>(otile + (m + 8) * pl.pitch + cb) =
+                                pack_pair<T>(acc[i][j][2], acc[i][j][3]);
+                        }
                     }
-                }
+                };
+                const int count = ((mtiles - 1 - mt0) >> mshift) + 1;  // m tiles of this step (warp-uniform)
+                if (count >= PM) step(std::integral_constant<int, PM>{});
+                else if (count == 3) step(std::integral_constant<int, 3>{});
+                else if (count == 2) step(std::integral_constant<int, 2>{});
+                else step(std::integral_constant<int, 1>{});
             }
         }
+        if (tma) fence_async_shared();  // the staging writes, visible to the TMA store
         __syncthreads();  // the input tile is free, the results are staged
-        const TcTile done = cur;
-        if (ti + 1 < last) {
-            cur = tc_tile(g, pl, ti + 1);
-            tc_load_input(g, pl, cur, chunk, x, tile, walks.input(pl));
+        const TcTile done = tiles[k];
+        if (tma) {
+            if (threadIdx.x == 0) {
+                if (stages == 1 && k + 1 < ntiles) tma_input(tiles[k + 1], 0);
+                const int c[5] = {chunk * pl.bc, done.ow0, done.oh0, done.od, done.n};
+                tma_store_5d(&ymap, otile, c);
+            }
+            continue;
         }
+        if (k + 1 < ntiles) tc_load_input(g, pl, tiles[k + 1], chunk, x, tiles_in, walks.input(pl));
         cp_async_commit();
         // coalesced 16-byte stores of the tile's valid pixels
         const int pstep = kTcThreads / units;
@@ -427,6 +505,7 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
                 *reinterpret_cast<const uint4*>(otile + m * pl.pitch + (threadIdx.x & (units - 1)) * 16);
         }
     }
+    if (tma && threadIdx.x == 0) tma_store_wait_all();  // the shared memory outlives the stores
 }
 
 // ---------------------------------------------------------------- backward weight
@@ -604,6 +683,34 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     }
 }
 
+// TMA for the forward kernel's tiles unless TILEDISPATCH_NO_TMA is set (the software
+// copies then run: the tests cover both paths that way, and bench/conv.py can compare them).
+inline bool tc_tma_wanted() {
+    static const bool off = std::getenv("TILEDISPATCH_NO_TMA") != nullptr;
+    return !off;
+}
+
+// The swizzle of a TMA plan's tiles: a pixel's bc x 2 bytes are one 64- or 32-byte span.
+inline CUtensorMapSwizzle tc_swizzle(const TcPlan& pl) {
+    return pl.bc == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B;
+}
+
+// The tensor map of a forward's input tile (box: bc channels by the tile's columns, rows and
+// planes). False where the driver refuses it; run() then plans the software copies.
+inline bool tc_input_map(const DeviceGeometry& d, const TcPlan& pl, const void* src, CUtensorMap* map) {
+    const int64_t dims[5] = {(int64_t)d.G * d.C, d.in[2], d.in[1], d.in[0], d.N};
+    const int box[5] = {pl.bc, pl.cols_in, pl.rows_in, pl.planes_in, 1};
+    return tma_map_16bit(map, src, dims, box, tc_swizzle(pl));
+}
+
+// The tensor map of a forward's output tile (box: bc channels by the tile's columns and rows),
+// swizzled as conv_fwd_tc writes its staging tile.
+inline bool tc_output_map(const DeviceGeometry& d, const TcPlan& pl, const void* dst, CUtensorMap* map) {
+    const int64_t dims[5] = {(int64_t)d.G * d.K, d.out[2], d.out[1], d.out[0], d.N};
+    const int box[5] = {pl.bc, pl.tw, pl.th, 1, 1};
+    return tma_map_16bit(map, dst, dims, box, tc_swizzle(pl));
+}
+
 template <int DType, int Ndim, int Direction, int CPG, int TM, int TC = 32>
 struct Sm90TcConv {
     using T = typename ConvElement<DType>::T;
@@ -611,7 +718,7 @@ struct Sm90TcConv {
     static constexpr bool kWgrad = Direction == TD_CONV_BWD_WEIGHT;
 
     // The problem as this kernel computes it: bwd_data as the forward over dy, flipped.
-    static bool plan(const ConvGeometry& geo, DeviceGeometry* dg, TcPlan* pl) {
+    static bool plan(const ConvGeometry& geo, DeviceGeometry* dg, TcPlan* pl, bool tma = tc_tma_wanted()) {
         DeviceGeometry d = device_geometry(geo);
         if (Direction == TD_CONV_BWD_DATA) {
             for (int i = 0; i < 3; ++i) {
@@ -621,7 +728,7 @@ struct Sm90TcConv {
             }
         }
         *dg = d;
-        return tc_plan(d, CPG, TM, TC, kWgrad, device::multiprocessors(), pl);
+        return tc_plan(d, CPG, TM, TC, kWgrad, device::multiprocessors(), tma, pl);
     }
 
     static int supports(const TdConvProblem& p, std::string* why) {
@@ -688,7 +795,13 @@ struct Sm90TcConv {
             // fwd: x -> y; bwd_data: dy (the `out` argument) -> dx (the `in` argument)
             const T* src = flip ? dy : x;
             T* dst = static_cast<T*>(const_cast<void*>(flip ? in : out));
-            kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, src, img, dst);
+            CUtensorMap xmap{}, ymap{};
+            if (pl.tma && !(tc_input_map(d, pl, src, &xmap) && tc_output_map(d, pl, dst, &ymap))) {
+                // the driver refused a map: the software copies' plan (its tiles, its pitch)
+                if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
+                if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+            }
+            kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, src, img, dst, xmap, ymap);
         }
         return launch_status();
     }
