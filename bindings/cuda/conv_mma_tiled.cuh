@@ -74,18 +74,20 @@ inline int balanced(int n, int most) {
 
 // The plan of a problem described as a forward (bwd_data: over dy with the flipped filter).
 // wgrad: bwd_weight, whose blocks each walk several tiles (fewer fp32 partial rows).
-// tma (fwd / bwd_data): the tiles move by TMA, a pixel takes bc x 2 bytes in shared memory
-// (swizzled) and the input has two buffers where they fit; false where a box side would pass
-// 256 (the plan is then the software copy's).
+// tma: the tiles move by TMA (fwd / bwd_data: a pixel takes bc x 2 bytes in shared memory,
+// swizzled, and the input has two buffers where they cost no resident block; bwd_weight: the
+// boxes take bc + 8 channels, the padded pitch); false where a box side would pass 256 (the
+// plan is then the software copies').
 inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad, int sms, bool tma, TcPlan* out) {
     TcPlan p{};
     const int chans = g.G * cpg;
     p.vg = (wgrad || cpg == 16) ? 16 : 8;
     p.bc = chans % 32 == 0 && tc >= 32 ? 32 : (chans % 16 == 0 ? 16 : 0);
     if (!p.bc || p.bc < p.vg || cpg > p.vg || p.vg % cpg) return false;
-    tma = tma && !wgrad;
     p.vgs = p.bc / p.vg;
-    p.pitch = tma ? p.bc * 2 : p.bc * 2 + 16;
+    // fwd under TMA: bc x 2 bytes a pixel, swizzled; else (and bwd_weight, whose TMA boxes
+    // take 8 channels more) one 16-byte slot more, so that ldmatrix rows fall in distinct banks
+    p.pitch = tma && !wgrad ? p.bc * 2 : p.bc * 2 + 16;
     p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
     if (wgrad) {  // warps per virtual group split the taps; 4, 8 or 16 accumulator sets a warp
         // (registers: 2D 3x3 needs 3 and at 8 ran two blocks per SM where 4 allows three)
@@ -107,7 +109,8 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         p.tm_pad = (p.th * p.tw + 15) / 16 * 16;
         const int64_t in_px = (int64_t)p.planes_in * p.rows_in * p.cols_in;
         p.box_bytes = (int)std::min<int64_t>(in_px * p.pitch, INT32_MAX);
-        p.in_bytes = tma ? (p.box_bytes + 1023) / 1024 * 1024 : p.box_bytes;  // TMA: swizzle-aligned buffers
+        // TMA: swizzle-aligned (1024) buffers, bwd_weight's 128-byte aligned
+        p.in_bytes = tma && !wgrad ? (p.box_bytes + 1023) / 1024 * 1024 : (p.box_bytes + 127) / 128 * 128;
         p.out_bytes = p.tm_pad * p.pitch;  // fwd: the output staging; bwd_weight: the dy tile
         p.w_bytes = wgrad ? 0 : p.vgs * p.tp * p.vg * p.vg * 2;
         // a zero slot, the TMA mbarriers, the band's tiles, pixel offsets, tap offsets
@@ -122,6 +125,8 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         if (p.cols_in > 256 || p.rows_in > 256 || p.planes_in > 256 || p.tw > 256 || p.th > 256)
             return tc_plan(g, cpg, tm, tc, wgrad, sms, false, out);
         p.tma = 3;
+    }
+    if (tma && !wgrad) {
         // a second input buffer (the next tile's copy under this tile's MMAs) only where it
         // costs no resident block. H200, bf16: ResNeXt-50 fwd one buffer 29.2 us (5 blocks a
         // SM by shared memory), two 31.7 (3); ResNeXt-101 48.2 and 47.7
@@ -514,13 +519,18 @@ __global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPl
 // (t0 + i x tstep) and keeps their 16 x 16 sums in registers across the band's tiles.
 template <class T, int CPG, int MAXT>
 __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)) conv_wgrad_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
-                                                            const T* __restrict__ dy, float* __restrict__ partial) {
-    extern __shared__ __align__(16) unsigned char smem[];
+                                                            const T* __restrict__ dy, float* __restrict__ partial,
+                                                            const __grid_constant__ CUtensorMap xmap,
+                                                            const __grid_constant__ CUtensorMap dymap) {
+    extern __shared__ __align__(128) unsigned char smem[];
     // pl.stages buffers of (input tile, dy tile); with 2, the next tile's copy runs under
-    // this tile's MMAs
+    // this tile's MMAs. pl.tma: one thread copies both tiles of a stage by TMA (boxes of
+    // bc + 8 channels: the padded pitch), completing on the stage's mbarrier.
     const int stage_bytes = pl.in_bytes + pl.out_bytes;
-    int* pixoff = reinterpret_cast<int*>(smem + pl.stages * stage_bytes + 16);
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + pl.stages * stage_bytes + 16);
+    int* pixoff = reinterpret_cast<int*>(smem + pl.stages * stage_bytes + 32);
     int* tapoff = pixoff + pl.tm_pad;
+    const bool tma = pl.tma != 0;
     unsigned bx = blockIdx.x;
     const int chunk = (int)(bx % (unsigned)pl.chunks); bx /= (unsigned)pl.chunks;
     const int tgroup = (int)(bx % (unsigned)pl.tap_groups); bx /= (unsigned)pl.tap_groups;
@@ -567,6 +577,17 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         const TcTile t = tc_tile(g, pl, ti);
         unsigned char* tile = smem + st * stage_bytes;
         unsigned char* dtile = tile + pl.in_bytes;
+        if (tma) {
+            if (threadIdx.x == 0) {
+                const int cx[5] = {chunk * pl.bc, t.ow0 * g.stride[2] - g.pad[2], t.oh0 * g.stride[1] - g.pad[1],
+                                   t.od * g.stride[0] - g.pad[0], t.n};
+                const int cd[5] = {chunk * pl.bc, t.ow0, t.oh0, t.od, t.n};
+                mbar_expect(bar + st, (unsigned)(pl.box_bytes + valid * pl.pitch));
+                tma_load_5d(tile, &xmap, cx, bar + st);
+                tma_load_5d(dtile, &dymap, cd, bar + st);
+            }
+            return;
+        }
         tc_load_input(g, pl, t, chunk, x, tile, walks.input(pl));
         const int pstep = kTcThreads / units;
         int m = threadIdx.x / units;
@@ -598,18 +619,34 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const unsigned d_off = (unsigned)(pl.in_bytes + (row + 8 * (mat & 1)) * pl.pitch + (vg * 16 + 8 * (mat >> 1)) * 2);
     const int x_px = row + 8 * (mat >> 1);
     const bool ahead = pl.stages > 1;
+    if (tma) {  // the mbarriers; the dy rows past the tile's pixels stay zero (TMA writes the box only)
+        if (threadIdx.x == 0) {
+            mbar_init(bar, 1);
+            mbar_init(bar + 1, 1);
+        }
+        for (int st = 0; st < pl.stages; ++st)
+            for (int i = valid * pl.pitch / 16 + threadIdx.x; i < pl.tm_pad * pl.pitch / 16; i += kTcThreads)
+                reinterpret_cast<uint4*>(smem + st * stage_bytes + pl.in_bytes)[i] = make_uint4(0, 0, 0, 0);
+        __syncthreads();
+    }
+    // tile ti's stage has landed (TMA: the stage's mbarrier, in its (uses) & 1 phase)
+    auto landed = [&](int64_t ti, int st, bool more) {
+        if (tma) mbar_wait(bar + st, (unsigned)(((ti - first) >> (ahead ? 1 : 0)) & 1));
+        else if (more) cp_async_wait_prior();  // tile ti's group landed; ti + 1's may still fly
+        else cp_async_wait_all();
+    };
     if (ahead && first < last) load(first, 0);
     for (int64_t ti = first; ti < last; ++ti) {
         const int st = ahead ? (int)((ti - first) & 1) : 0;
         __syncthreads();  // the reads of the stage about to be overwritten are done
         if (!ahead) {
             load(ti, 0);
-            cp_async_wait_all();
+            landed(ti, 0, false);
         } else if (ti + 1 < last) {
             load(ti + 1, st ^ 1);
-            cp_async_wait_prior();  // tile ti's group landed; ti + 1's may still fly
+            landed(ti, st, true);
         } else {
-            cp_async_wait_all();
+            landed(ti, st, false);
         }
         __syncthreads();
         const unsigned stage_s = smem_s + (unsigned)(st * stage_bytes);
@@ -711,6 +748,48 @@ inline bool tc_output_map(const DeviceGeometry& d, const TcPlan& pl, const void*
     return tma_map_16bit(map, dst, dims, box, tc_swizzle(pl));
 }
 
+// Resident blocks of a forward kernel per SM at this shared memory (registers included), the
+// last answer kept (the occupancy query is a host computation, not free per call).
+template <class Kernel>
+inline int tc_blocks_per_sm(Kernel kernel, size_t smem) {
+    static thread_local const void* last_kernel = nullptr;
+    static thread_local size_t last_smem = 0;
+    static thread_local int last = 0;
+    if (reinterpret_cast<const void*>(kernel) != last_kernel || smem != last_smem) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kTcThreads, smem) != cudaSuccess) {
+            cudaGetLastError();
+            n = 0;
+        }
+        last_kernel = reinterpret_cast<const void*>(kernel), last_smem = smem, last = n;
+    }
+    return last;
+}
+
+// The forward's tiles per block from the blocks that can be resident: the fewest tiles that
+// let every block run in one wave (at most kTcBand), so that no SM idles through a last
+// partial wave. tc_plan's estimate (three blocks a SM, half of that) left 1.4 waves of two
+// tiles a block for ResNeXt-50 on the H200 (about 2.7 tiles a block slot of work).
+inline void tc_fill_one_wave(TcPlan* p, int per_sm, int sms) {
+    if (per_sm < 1) return;
+    const int64_t jobs = p->pixel_tiles * p->chunks, slots = (int64_t)per_sm * sms;
+    const int64_t band = std::min<int64_t>(kTcBand, std::max<int64_t>(1, (jobs + slots - 1) / slots));
+    p->band = (int)std::min<int64_t>(band, p->pixel_tiles);
+    p->bands = (int)((p->pixel_tiles + p->band - 1) / p->band);
+    p->blocks = (int64_t)p->bands * p->chunks;
+}
+
+// The bwd_weight tensor maps: x under the input tile, dy under the output tile, boxes of
+// bc + 8 channels (each pixel then takes the padded pitch; zeros past the last channel).
+inline bool tc_wgrad_maps(const DeviceGeometry& d, const TcPlan& pl, const void* x, const void* dy, CUtensorMap* xmap,
+                          CUtensorMap* dymap) {
+    const int64_t xdims[5] = {(int64_t)d.G * d.C, d.in[2], d.in[1], d.in[0], d.N};
+    const int xbox[5] = {pl.bc + 8, pl.cols_in, pl.rows_in, pl.planes_in, 1};
+    const int64_t ddims[5] = {(int64_t)d.G * d.K, d.out[2], d.out[1], d.out[0], d.N};
+    const int dbox[5] = {pl.bc + 8, pl.tw, pl.th, 1, 1};
+    return tma_map_16bit(xmap, x, xdims, xbox) && tma_map_16bit(dymap, dy, ddims, dbox);
+}
+
 template <int DType, int Ndim, int Direction, int CPG, int TM, int TC = 32>
 struct Sm90TcConv {
     using T = typename ConvElement<DType>::T;
@@ -779,9 +858,15 @@ struct Sm90TcConv {
         if constexpr (kWgrad) {
             auto kernel = pl.maxt == 4 ? conv_wgrad_tc<T, CPG, 4>
                         : pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
+            CUtensorMap xmap{}, dymap{};
+            if (pl.tma && !(tc_wgrad_maps(d, pl, x, dy, &xmap, &dymap))) {
+                // the driver refused a map: the software copies' plan
+                if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
+                kernel = pl.maxt == 4 ? conv_wgrad_tc<T, CPG, 4> : pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
+            }
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             float* part = static_cast<float*>(scratch);
-            kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part);
+            kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part, xmap, dymap);
             const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
             conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
                 part, static_cast<T*>(const_cast<void*>(wei)), elems, pl.bands);
@@ -801,6 +886,7 @@ struct Sm90TcConv {
                 if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
                 if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             }
+            tc_fill_one_wave(&pl, tc_blocks_per_sm(kernel, pl.smem), device::multiprocessors());
             kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, src, img, dst, xmap, ymap);
         }
         return launch_status();
