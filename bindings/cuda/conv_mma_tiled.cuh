@@ -748,37 +748,6 @@ inline bool tc_output_map(const DeviceGeometry& d, const TcPlan& pl, const void*
     return tma_map_16bit(map, dst, dims, box, tc_swizzle(pl));
 }
 
-// Resident blocks of a forward kernel per SM at this shared memory (registers included), the
-// last answer kept (the occupancy query is a host computation, not free per call).
-template <class Kernel>
-inline int tc_blocks_per_sm(Kernel kernel, size_t smem) {
-    static thread_local const void* last_kernel = nullptr;
-    static thread_local size_t last_smem = 0;
-    static thread_local int last = 0;
-    if (reinterpret_cast<const void*>(kernel) != last_kernel || smem != last_smem) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kTcThreads, smem) != cudaSuccess) {
-            cudaGetLastError();
-            n = 0;
-        }
-        last_kernel = reinterpret_cast<const void*>(kernel), last_smem = smem, last = n;
-    }
-    return last;
-}
-
-// The forward's tiles per block from the blocks that can be resident: the fewest tiles that
-// let every block run in one wave (at most kTcBand), so that no SM idles through a last
-// partial wave. tc_plan's estimate (three blocks a SM, half of that) left 1.4 waves of two
-// tiles a block for ResNeXt-50 on the H200 (about 2.7 tiles a block slot of work).
-inline void tc_fill_one_wave(TcPlan* p, int per_sm, int sms) {
-    if (per_sm < 1) return;
-    const int64_t jobs = p->pixel_tiles * p->chunks, slots = (int64_t)per_sm * sms;
-    const int64_t band = std::min<int64_t>(kTcBand, std::max<int64_t>(1, (jobs + slots - 1) / slots));
-    p->band = (int)std::min<int64_t>(band, p->pixel_tiles);
-    p->bands = (int)((p->pixel_tiles + p->band - 1) / p->band);
-    p->blocks = (int64_t)p->bands * p->chunks;
-}
-
 // The bwd_weight tensor maps: x under the input tile, dy under the output tile, boxes of
 // bc + 8 channels (each pixel then takes the padded pitch; zeros past the last channel).
 inline bool tc_wgrad_maps(const DeviceGeometry& d, const TcPlan& pl, const void* x, const void* dy, CUtensorMap* xmap,
@@ -886,7 +855,6 @@ struct Sm90TcConv {
                 if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
                 if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             }
-            tc_fill_one_wave(&pl, tc_blocks_per_sm(kernel, pl.smem), device::multiprocessors());
             kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, src, img, dst, xmap, ymap);
         }
         return launch_status();
