@@ -346,7 +346,7 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
 //   else:   the threads copy the input with cp.async (padded pitch) after this tile's MMAs
 //           and store the results with 16-byte writes.
 template <class T, int VG, bool SwIn>
-__global__ void __launch_bounds__(kTcThreads) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
+__global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                           const T* __restrict__ wimg, T* __restrict__ y,
                                                           const __grid_constant__ CUtensorMap xmap,
                                                           const __grid_constant__ CUtensorMap ymap) {
