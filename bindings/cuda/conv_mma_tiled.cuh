@@ -26,8 +26,12 @@
 // started before this tile's results are stored.
 // The weights are packed once per call by a small kernel into the exact shared-memory image
 // every block copies (block-diagonal, taps padded, bwd_data flipped): no per-block index math.
-// In shared memory a pixel takes BC x 2 + 16 bytes (an odd count of 16-byte slots), so the
-// eight rows one ldmatrix phase reads sit in different banks.
+// The tiles move by TMA (cuda/tma.cuh; one thread a copy, zeros outside the image, the
+// forward's results clipped at its edge) unless TILEDISPATCH_NO_TMA is set or the driver
+// refuses a tensor map; then the threads copy with cp.async. The eight rows one ldmatrix
+// phase reads must sit in different banks: the forward under TMA swizzles each pixel's
+// BC x 2 bytes (TMA's 64B / 32B modes); otherwise (and bwd_weight, whose TMA boxes take 8
+// channels more) a pixel takes BC x 2 + 16 bytes, an odd count of 16-byte slots.
 #pragma once
 
 #include "cuda/conv_mma.cuh"
