@@ -298,8 +298,9 @@ __device__ __forceinline__ BoxWalk tc_output_walk(const TcPlan& pl) {
 }
 
 // The two walks kept in registers across a block's tiles (Keep), or rebuilt for each tile
-// where the registers are short. H200: kept, the 8-channel forward went 70.0 -> 63.9 us
-// (ResNeXt-101); the 16-channel forward spilled and lost (3D 89.4 -> 94.8), so it rebuilds.
+// where the registers are short. bwd_weight keeps them; the forward rebuilds them, since only
+// its software copies (no TMA) use them and kept they cost registers on the TMA path too
+// (before TMA, kept had taken the 8-channel forward 70.0 -> 63.9 us on the H200).
 template <bool Keep>
 struct TcWalks {
     BoxWalk in, out;
