@@ -860,14 +860,13 @@ struct Sm90TcConv {
         const T* w = static_cast<const T*>(wei);
         const T* dy = static_cast<const T*>(out);
         if constexpr (kWgrad) {
-            auto kernel = pl.maxt == 4 ? conv_wgrad_tc<T, CPG, 4>
-                        : pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
             CUtensorMap xmap{}, dymap{};
             if (pl.tma && !(tc_wgrad_maps(d, pl, x, dy, &xmap, &dymap))) {
                 // the driver refused a map: the software copies' plan
                 if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
-                kernel = pl.maxt == 4 ? conv_wgrad_tc<T, CPG, 4> : pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
             }
+            auto kernel = pl.maxt == 4 ? conv_wgrad_tc<T, CPG, 4>
+                        : pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             float* part = static_cast<float*>(scratch);
             kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part, xmap, dymap);
