@@ -89,7 +89,9 @@ def host_overhead(d) -> tuple:
     #    caller waits beyond the kernel (launch latency included, for torch too).
     a, b = operands(256, 256, 256, DType.BF16)
     out = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
-    calls = {"td.gemm": lambda: td.gemm(a, b, out=out), "torch.matmul": lambda: torch.matmul(a, b, out=out)}
+    calls = {"td.gemm": lambda: td.gemm(a, b, out=out), "torch.matmul": lambda: torch.matmul(a, b, out=out),
+             "td.gemm, a new output each call": lambda: td.gemm(a, b),
+             "torch.matmul, a new output each call": lambda: torch.matmul(a, b)}
     import ctypes
     from tiledispatch import _ffi
     cp = _ffi.TdGemmProblem(256, 256, 256, DType.BF16.code, 0, a.stride(0), b.stride(1), out.stride(0), 1.0, 0, 0, 0)
@@ -98,6 +100,10 @@ def host_overhead(d) -> tuple:
     named = d.select(td.GemmProblem(256, 256, 256, DType.BF16, "rcr", a.stride(0), b.stride(1), out.stride(0))).encode()
     calls["C call, selection in C"] = lambda: run(ref, None, pa, pb, pc, None, 0, stream, None)
     calls["C call, kernel named"] = lambda: run(ref, named, pa, pb, pc, None, 0, stream, None)
+    if hasattr(d.lib, "td_gemm_launch"):  # ABI 2 on; this script also measures older builds
+        launch, addr = d.lib.td_gemm_launch, ctypes.addressof(cp)
+        calls["C td_gemm_launch, selection in C"] = lambda: launch(addr, None, pa, pb, pc, stream)
+        calls["C td_gemm_launch, kernel named"] = lambda: launch(addr, named, pa, pb, pc, stream)
     calls["torch out.zero_() (calibration)"] = lambda: out.zero_()  # one bare kernel launch through torch
     warm = []  # the kernel's own time with warm L2, as in the sync loop below
     for _ in range(200):
@@ -109,24 +115,28 @@ def host_overhead(d) -> tuple:
         e1.synchronize()
         warm.append(e0.elapsed_time(e1) * 1e3)
     kernel_us = statistics.median(warm)
-    host = {}
-    for label, call in calls.items():
+    # the calls take turns, round after round, so that a slow spell of the host (other
+    # tenants, clock changes) falls on all of them alike; medians, and the fastest round
+    bursts = {label: [] for label in calls}
+    syncs = {label: [] for label in calls}
+    for call in calls.values():
         for _ in range(50):
             call()
-        bursts, syncs = [], []
-        for _ in range(25):
+    for _ in range(25):
+        for label, call in calls.items():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(200):
                 call()
-            bursts.append((time.perf_counter() - t0) / 200 * 1e6)
+            bursts[label].append((time.perf_counter() - t0) / 200 * 1e6)
             torch.cuda.synchronize()
             for _ in range(20):
                 t0 = time.perf_counter()
                 call()
                 torch.cuda.synchronize()
-                syncs.append((time.perf_counter() - t0) * 1e6)
-        host[label] = {"burst_us": statistics.median(bursts), "sync_us": statistics.median(syncs)}
+                syncs[label].append((time.perf_counter() - t0) * 1e6)
+    host = {label: {"burst_us": statistics.median(bursts[label]), "burst_min_us": min(bursts[label]),
+                    "sync_us": statistics.median(syncs[label]), "sync_min_us": min(syncs[label])} for label in calls}
     for label, fn in (("ctypes call alone", lambda f=d.lib.td_abi_version: f()),
                       ("C supports check, no launch", lambda f=d.lib.td_gemm_is_supported: f(ref, named))):
         t0 = time.perf_counter()
@@ -298,7 +308,9 @@ def main() -> int:
               f"calls, sync = one call + synchronize, minus the kernel):")
     for label, h in host.items():
         sync = f", sync {h['sync_us']:.1f} us ({h['sync_us'] - kernel_us:+.1f} over the kernel)" if "sync_us" in h else ""
-        print(f"    {label:30s} burst {h['burst_us']:.1f} us{sync}")
+        fastest = (f"; fastest round: burst {h['burst_min_us']:.1f}, sync {h['sync_min_us'] - kernel_us:+.1f}"
+                   if "burst_min_us" in h else "")
+        print(f"    {label:40s} burst {h['burst_us']:.1f} us{sync}{fastest}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "failures": failures, "knob_sweep": records, "host_us": host_td, "host": host, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)

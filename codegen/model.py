@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 SCHEMA_VERSION = 1
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def _lookup(cls, text: str, what: str, fields=("key",)):

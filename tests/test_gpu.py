@@ -198,6 +198,34 @@ def test_td_gemm_torch_fast_path_checks_every_call_and_keeps_layouts_apart(gen):
         td.gemm(a, bt)  # (M, K) @ (N, K): inner sizes differ
 
 
+def test_td_gemm_torch_fast_path_relaunch_follows_pointers_and_sizes(gen):
+    """A repeated problem on the same pointers goes straight to the launch (the C side keeps
+    the last ranked list and the last CUTLASS parameters): calls that alternate between
+    sizes on the same memory, and between fresh tensors of one size, each get their own
+    answer."""
+    K = 256
+    a_full = (torch.rand(512, K, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+    b = ((torch.rand(384, K, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)).t()
+    out_full = torch.empty((512, 384), device="cuda", dtype=torch.bfloat16)
+
+    def expect(a, b, got):
+        ref = a.double() @ b.double()
+        tol = (reference.tolerance(DType.BF16, K) * (a.double().abs() @ b.double().abs())
+               + reference.underflow(DType.BF16) + reference.FLOOR)
+        assert bool(((got.double() - ref).abs() <= tol).all())
+
+    for M in (512, 128, 512, 64, 128):  # one base pointer, different M (and the out views with it)
+        out = out_full[:M]
+        out.fill_(float("nan"))
+        assert td.gemm(a_full[:M], b, out=out) is out
+        expect(a_full[:M], b, out)
+    for _ in range(3):  # fresh inputs and a fresh output every call
+        a = (torch.rand(512, K, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+        got = td.gemm(a, b)
+        assert got.shape == (512, 384) and got.dtype == torch.bfloat16
+        expect(a, b, got)
+
+
 def test_td_gemm_on_numpy_takes_the_host_path(rng):
     from tiledispatch.arrays import random
     a = random((300, 200), DType.BF16, rng)

@@ -52,15 +52,20 @@ int synchronize(void* stream) {
 int multiprocessors() {
     static std::mutex lock;
     static std::map<int, int> by_device;
+    static thread_local int last_device = -1, last_count = 0;  // this thread's last answer, no lock
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return 1;
+    if (device == last_device) return last_count;
     std::lock_guard<std::mutex> guard(lock);
     auto it = by_device.find(device);
-    if (it != by_device.end()) return it->second;
-    int count = 1;
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    by_device[device] = count;
-    return count;
+    if (it == by_device.end()) {
+        int count = 1;
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+        it = by_device.emplace(device, count).first;
+    }
+    last_device = device;
+    last_count = it->second;
+    return last_count;
 }
 
 int scratch(size_t bytes, void* stream, void** ptr) {

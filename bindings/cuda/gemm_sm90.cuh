@@ -262,9 +262,31 @@ struct Sm90Gemm {
         return launch_failed(std::string("kernel launch failed: ") + cudaGetErrorString(err), pending);
     }
 
+    // The last launch of this kernel on this thread, reused when nothing it depends on
+    // changed: CUTLASS's initialize (TMA descriptors and all) is most of the host time of a
+    // small GEMM. Only without a CUTLASS workspace (stream-K's must be reset).
+    struct Last {
+        bool valid = false;
+        bool direct = false;  // no operand staged: the caller's pointers went to the kernel
+        TdGemmProblem p{};
+        const void *a = nullptr, *b = nullptr;  // what the kernel read and wrote (staged or not)
+        void* c = nullptr;
+        cudaStream_t stream = nullptr;
+        int device = -1;
+        Gemm gemm;
+    };
+
     static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
                    void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        static thread_local Last last;
+        int device = -1;
+        const bool have_device = cudaGetDevice(&device) == cudaSuccess;
+        // The same call again with the operands in place: straight to the launch, with no
+        // planning (the host time of a repeated small GEMM).
+        if (have_device && last.valid && last.direct && last.a == a && last.b == b && last.c == c &&
+            last.stream == stream && last.device == device && same_problem(last.p, p))
+            return relaunch(last.gemm, stream);
         const Plan s = plan(p, a, b, c);
         if (!Pad && !direct_ok(s))
             return fail(TD_REJECTED, "an operand's address, leading dimension or contiguous extent is not "
@@ -292,21 +314,7 @@ struct Sm90Gemm {
             stage += s.b.bytes;
         }
         if (s.c.stage) kc = stage;
-        // The last launch of this kernel on this thread, reused when nothing it depends on
-        // changed: CUTLASS's initialize (TMA descriptors and all) is most of the host time
-        // of a small GEMM. Only without a CUTLASS workspace (stream-K's must be reset).
-        struct Last {
-            bool valid = false;
-            TdGemmProblem p{};
-            const void *a = nullptr, *b = nullptr;
-            void* c = nullptr;
-            cudaStream_t stream = nullptr;
-            int device = -1;
-            Gemm gemm;
-        };
-        static thread_local Last last;
-        int device = -1;
-        const bool reusable = lib_bytes == 0 && cudaGetDevice(&device) == cudaSuccess;
+        const bool reusable = lib_bytes == 0 && have_device;
         if (reusable && last.valid && same_problem(last.p, p) && last.a == ka && last.b == kb && last.c == kc &&
             last.stream == stream && last.device == device) {
             if (int st = relaunch(last.gemm, stream)) return st;
@@ -319,6 +327,7 @@ struct Sm90Gemm {
                 last.a = ka, last.b = kb, last.c = kc;
                 last.stream = stream;
                 last.device = device;
+                last.direct = !s.a.stage && !s.b.stage && !s.c.stage;
                 last.valid = true;
             }
         }

@@ -58,6 +58,8 @@ _GEMM = {
     "td_gemm_workspace_size": ([_P(TdGemmProblem), c_char_p, _P(c_size_t)], c_int),
     "td_gemm_run": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
                      c_void_p, _P(c_float)], c_int),
+    # the problem as a plain address (c_void_p converts an int faster than a pointer type)
+    "td_gemm_launch": ([c_void_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p], c_int),
     "td_gemm_run_host": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, _P(c_float)], c_int),
 }
 _CONV = {

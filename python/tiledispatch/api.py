@@ -93,48 +93,43 @@ def _strided_order(strides, rows: int, cols: int):
     return None
 
 
-def _tuning_environment() -> tuple:
-    """The environment variables that choose tuning tables (tile_engine.tuning.table_paths)."""
-    if _ENV is not None:
-        return (_ENV.get(b"TILEDISPATCH_TUNING"), _ENV.get(b"TILEDISPATCH_KERNELS_DIR"),
-                _ENV.get(b"TILEDISPATCH_NO_SHIPPED_TUNING"))
-    env = os.environ
-    return (env.get("TILEDISPATCH_TUNING"), env.get("TILEDISPATCH_KERNELS_DIR"),
-            env.get("TILEDISPATCH_NO_SHIPPED_TUNING"))
-
-
 def _torch_fast(a, b, out, alpha):
     """td.gemm on two torch CUDA tensors with the dispatcher's choice: the lean path that
     keeps the host overhead near the cost of one ctypes call. Everything decided from the
     tensors' metadata (checks, layout, the C problem struct, a tuning table's pick) is
     cached under that metadata, so a repeated call reads a few attributes, looks up one
-    dict and calls C. None when the path does not apply (the general path then runs)."""
-    try:
-        M, K = a.shape
-        K2, N = b.shape
-    except ValueError:
-        return None
-    dev = a.get_device()
-    key = (a.dtype, b.dtype, M, K, K2, N, a.stride(), b.stride(), dev, b.get_device(),
-           None if out is None else (out.dtype, tuple(out.shape), out.stride(), out.get_device()),
-           alpha, _tuning_environment())
+    dict and calls C (td_gemm_launch, whose C side skips the ranking and the planning of
+    a problem it ran last). None when the path does not apply (the general path then runs).
+    The key is flat (nested tuples hash slower) and holds the environment variables that
+    choose tuning tables (tile_engine.tuning.table_paths), read from os.environ's dict."""
+    env = _ENV if _ENV is not None else _environ_bytes()
+    key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), a.get_device(), b.get_device(), alpha,
+           env.get(b"TILEDISPATCH_TUNING"), env.get(b"TILEDISPATCH_KERNELS_DIR"),
+           env.get(b"TILEDISPATCH_NO_SHIPPED_TUNING"))
+    if out is not None:
+        key += (out.dtype, out.shape, out.stride(), out.get_device())
     entry = _FAST.get(key)
     if entry is None:
         if len(_FAST) > 4096:
             _FAST.clear()
-        entry = _FAST[key] = _fast_entry(a, b, out, alpha, dev) or False
+        entry = _FAST[key] = _fast_entry(a, b, out, alpha) or False
     if entry is False:
         return None
-    problem, kernel, out_dtype, run, raw_stream, check = entry
-    if out is None:
-        out = _TORCH_FAST["torch"].empty((M, N), dtype=out_dtype, device=dev)
-    status = run(problem, kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), None, 0, raw_stream(dev), None)
+    problem, kernel, shape, out_dtype, launch, raw_stream, check, dev, _struct = entry
+    if out is None:  # new_empty: on a's device, and without dtype faster than torch.empty
+        out = a.new_empty(shape) if out_dtype is None else a.new_empty(shape, dtype=out_dtype)
+    status = launch(problem, kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), raw_stream(dev))
     if status:
         check(status)
     return out
 
 
-def _fast_entry(a, b, out, alpha, dev):
+def _environ_bytes() -> dict:
+    """os.environ as a dict with bytes keys, where os.environ has no such dict (Windows)."""
+    return {k.encode(): v.encode() for k, v in os.environ.items()}
+
+
+def _fast_entry(a, b, out, alpha):
     """The cached part of one _torch_fast call, or None where the lean path does not apply."""
     table = _TORCH_FAST.get("dtypes")
     if table is None:
@@ -144,7 +139,8 @@ def _fast_entry(a, b, out, alpha, dev):
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _TORCH_FAST["raw_stream"] = raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
     dtype = table.get(a.dtype)
-    if dtype is None or b.dtype != a.dtype or dev < 0 or b.get_device() != dev:
+    dev = a.get_device()
+    if dtype is None or b.dtype != a.dtype or dev < 0 or b.get_device() != dev or a.dim() != 2 or b.dim() != 2:
         return None
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2:
@@ -161,10 +157,11 @@ def _fast_entry(a, b, out, alpha, dev):
         ldc = out.stride(0)
     d = dispatcher("gemm", _device_target())
     layout = _LAYOUT[(a_row, b_row)]
-    problem = ctypes.byref(_ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb, ldc, alpha, 0, 0, 0))
+    struct = _ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb, ldc, alpha, 0, 0, 0)
     paths = tuning.table_paths(d.target)
     kernel = _tuned_kernel(d, paths, (M, N, K, dtype, layout, lda, ldb, ldc)) if paths else None
-    return problem, kernel, out_dtype, d.lib.td_gemm_run, _TORCH_FAST["raw_stream"], d.lib.check
+    return (ctypes.addressof(struct), kernel, (M, N), None if out_dtype == a.dtype else out_dtype,
+            d.lib.td_gemm_launch, _TORCH_FAST["raw_stream"], d.lib.check, dev, struct)
 
 
 _TUNED_CACHE: dict = {}

@@ -27,7 +27,7 @@ extern "C" {
 #define TD_API __attribute__((visibility("default")))
 #endif
 
-#define TD_ABI_VERSION 1
+#define TD_ABI_VERSION 2
 
 enum td_status { TD_OK = 0, TD_ERROR = -1, TD_UNSUPPORTED = -2, TD_REJECTED = -3 };
 
@@ -107,6 +107,11 @@ TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, si
 TD_API int td_gemm_run(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
                        void* C, void* workspace, size_t workspace_bytes, void* stream,
                        float* time_ms);
+
+/* td_gemm_run with no workspace argument (the library allocates what it needs) and no
+ * timing: the short call of the Python fast path, whose host time counts per call. */
+TD_API int td_gemm_launch(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
+                          void* C, void* stream);
 
 /* Host pointers: copied to the device, run, C copied back (on cpu: td_gemm_run). */
 TD_API int td_gemm_run_host(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
