@@ -208,6 +208,7 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 template <class T, int CPG, int VG>
 __global__ void tc_pack_weights(DeviceGeometry g, int tp, bool flip, const T* __restrict__ w, T* __restrict__ img,
                                 int64_t total) {
+    pdl_trigger();  // the convolution may be placed now: it waits for this kernel's image
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= total) return;
     unsigned r = (unsigned)e;  // the image is far below 2^31 elements
@@ -380,8 +381,11 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
         tma_load_5d(tiles_in + buf * pl.in_bytes, &xmap, c, bar + buf);
     };
 
-    // the weight image of this channel block (contiguous, 16-byte multiples), the first tile,
-    // the band's tile coordinates (their divisions once per block, not per tile and thread)
+    // the weight image of this channel block (contiguous, 16-byte multiples), which the
+    // packing kernel before this one writes (pdl_launch: this block may be placed while that
+    // kernel runs), the first tile, the band's tile coordinates (their divisions once per
+    // block, not per tile and thread)
+    pdl_wait();
     const int wvec = pl.w_bytes / 16;
     const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)chunk * wvec;
     for (int i = threadIdx.x; i < wvec; i += kTcThreads) cp_async16(reinterpret_cast<uint4*>(wsm) + i, wsrc + i, true);
@@ -532,6 +536,7 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
                                                             const __grid_constant__ CUtensorMap xmap,
                                                             const __grid_constant__ CUtensorMap dymap) {
     extern __shared__ __align__(128) unsigned char smem[];
+    pdl_trigger();  // the reduction of the partial rows may be placed: it waits for this kernel
     // pl.stages buffers of (input tile, dy tile); with 2, the next tile's copy runs under
     // this tile's MMAs. pl.tma: one thread copies both tiles of a stage by TMA (boxes of
     // bc + 8 channels: the padded pitch), completing on the stage's mbarrier.
@@ -871,8 +876,8 @@ struct Sm90TcConv {
             float* part = static_cast<float*>(scratch);
             kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part, xmap, dymap);
             const int64_t elems = geo.G * geo.K * geo.taps() * geo.C;
-            conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
-                part, static_cast<T*>(const_cast<void*>(wei)), elems, pl.bands);
+            pdl_launch(conv_bwd_weight_reduce<T>, dim3((unsigned)((elems + 31) / 32)), dim3(32, 8), 0, stream, part,
+                       static_cast<T*>(const_cast<void*>(wei)), elems, pl.bands);
         } else {
             const bool flip = Direction == TD_CONV_BWD_DATA;
             T* img = static_cast<T*>(scratch);
@@ -888,7 +893,8 @@ struct Sm90TcConv {
             }
             auto kernel = pl.pitch == pl.bc * 2 ? conv_fwd_tc<T, VG, true> : conv_fwd_tc<T, VG, false>;
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
-            kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, src, img, dst, xmap, ymap);
+            pdl_launch(kernel, dim3((unsigned)pl.blocks), dim3(kTcThreads), pl.smem, stream, d, pl, src,
+                       static_cast<const T*>(img), dst, xmap, ymap);
         }
         return launch_status();
     }
