@@ -134,6 +134,7 @@ struct DwGeometry {
 // wt[tap][c] = w[c][tap] as fp32; flipped (tap -> taps - 1 - tap) for bwd_data.
 template <class T>
 __global__ void dw_pack_weights(int C, int taps, bool flip, const T* __restrict__ w, float* __restrict__ wt) {
+    pdl_trigger();  // the convolution may be placed now: it waits for these weights (pdl_launch)
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= C * taps) return;
     const int c = e / taps, tap = e % taps;
@@ -145,6 +146,7 @@ constexpr int kDwThreads = 128;
 template <class T, int KH, int KW, int TH, int TW, int VC>
 __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T* __restrict__ x,
                                                           const float* __restrict__ wt, T* __restrict__ y) {
+    pdl_wait();  // the packed weights (dw_pack_weights, just before)
     constexpr bool kWeightsInRegs = KH * KW * VC <= 36;
     constexpr int RW = TW + KW - 1;
     constexpr bool kPrefetch = (TH + KH - 1) * RW * VC <= 128;  // raw window within 64 registers
@@ -250,6 +252,7 @@ constexpr int kDwWgradLanes = 128;    // at most: row groups x channel vectors o
 template <class T, int KH, int KW, int KR, int TW, int VC>
 __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeometry g, DwWgradPlan pl, const T* __restrict__ x, const T* __restrict__ dy,
                                    float* __restrict__ partial) {
+    pdl_trigger();  // the reduction of the partial rows may be placed: it waits for this kernel
     constexpr int ACC = KR * KW * VC;
     constexpr int RW = TW + KW - 1;
     extern __shared__ float red[];  // [sb - 1][lanes][ACC]
@@ -435,6 +438,7 @@ struct DwRingStep {
 template <class T, int KH, int KW, int TW, int VC>
 __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(DwGeometry g, DwSlidePlan pl, const T* __restrict__ x,
                                                                                 const T* __restrict__ dy, float* __restrict__ partial) {
+    pdl_trigger();  // the reduction of the partial rows may be placed: it waits for this kernel
     constexpr int RW = TW + KW - 1;
     constexpr int PIX = RW + TW;       // a row step: RW input pixels, then TW dy pixels
     constexpr int PARTS = 4 * VC;      // 16-byte pieces of a pixel's 32 x VC channels
@@ -535,6 +539,7 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
 template <class T, int KH, int KW, int TW, int VC>
 __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_fwd_slide(DwGeometry g, DwSlidePlan pl, const T* __restrict__ x,
                                                                          const float* __restrict__ wt, T* __restrict__ y) {
+    pdl_wait();  // the packed weights (dw_pack_weights, just before)
     constexpr int RW = TW + KW - 1;
     constexpr int S = kDwSlideStages;
     using U = typename DwRaw<VC>::U;
@@ -828,8 +833,8 @@ struct Sm90DwConv {
                         conv_dw_bwd_weight_slide<T, KH, KW, TW, VC>
                             <<<dim3(pl.blocks, pl.groups), 32 * kDwSlideWarps, 0, stream>>>(d, pl, x, dy, scratch);
                 });
-                conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
-                    scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.blocks);
+                pdl_launch(conv_bwd_weight_reduce<T>, dim3((unsigned)((elems + 31) / 32)), dim3(32, 8), 0, stream,
+                           static_cast<const float*>(scratch), static_cast<T*>(const_cast<void*>(wei)), elems, pl.blocks);
                 return launch_status();
             } else {
                 const DwWgradPlan pl = wgrad_plan(p, d, (int)geo.fil[1], (int)geo.fil[2]);
@@ -841,8 +846,9 @@ struct Sm90DwConv {
                         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
                     kernel<<<dim3(pl.slice_blocks, pl.chunks), pl.threads, pl.smem, stream>>>(d, pl, x, dy, scratch);
                 });
-                conv_bwd_weight_reduce<T><<<(unsigned)((elems + 31) / 32), dim3(32, 8), 0, stream>>>(
-                    scratch, static_cast<T*>(const_cast<void*>(wei)), elems, pl.slice_blocks);
+                pdl_launch(conv_bwd_weight_reduce<T>, dim3((unsigned)((elems + 31) / 32)), dim3(32, 8), 0, stream,
+                           static_cast<const float*>(scratch), static_cast<T*>(const_cast<void*>(wei)), elems,
+                           pl.slice_blocks);
                 return launch_status();
             }
         } else {
@@ -864,15 +870,16 @@ struct Sm90DwConv {
             with_filter(fil_h, fil_w, [&](auto kh, auto kw) {
                 constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
                 if constexpr (dw_slide_fits<false, KH, KW, TW, VC>())
-                    conv_dw_fwd_slide<T, KH, KW, TW, VC>
-                        <<<dim3(pl.blocks, pl.groups), 32 * kDwSlideWarps, 0, stream>>>(d, pl, src, scratch, dst);
+                    pdl_launch(conv_dw_fwd_slide<T, KH, KW, TW, VC>, dim3(pl.blocks, pl.groups), dim3(32 * kDwSlideWarps),
+                               0, stream, d, pl, src, static_cast<const float*>(scratch), dst);
             });
         } else {
             const int64_t threads = (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW) * (d.C / VC);
             const unsigned grid = (unsigned)((threads + kDwThreads - 1) / kDwThreads);
             with_filter(fil_h, fil_w, [&](auto kh, auto kw) {
                 constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
-                conv_dw_fwd<T, KH, KW, (KH == 1 ? 1 : TH), TW, VC><<<grid, kDwThreads, 0, stream>>>(d, src, scratch, dst);
+                pdl_launch(conv_dw_fwd<T, KH, KW, (KH == 1 ? 1 : TH), TW, VC>, dim3(grid), dim3(kDwThreads), 0, stream, d,
+                           src, static_cast<const float*>(scratch), dst);
             });
         }
         return launch_status();
