@@ -224,6 +224,13 @@ def test_td_gemm_torch_fast_path_relaunch_follows_pointers_and_sizes(gen):
         got = td.gemm(a, b)
         assert got.shape == (512, 384) and got.dtype == torch.bfloat16
         expect(a, b, got)
+    outs = [torch.empty((512, 384), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    inputs = [a_full, a]
+    for i in range(6):  # outputs and inputs alternating between two buffers (each launch kept)
+        out, src = outs[i % 2], inputs[(i // 2) % 2]
+        out.fill_(float("nan"))
+        assert td.gemm(src, b, out=out) is out
+        expect(src, b, out)
 
 
 def test_td_gemm_on_numpy_takes_the_host_path(rng):

@@ -262,9 +262,11 @@ struct Sm90Gemm {
         return launch_failed(std::string("kernel launch failed: ") + cudaGetErrorString(err), pending);
     }
 
-    // The last launch of this kernel on this thread, reused when nothing it depends on
-    // changed: CUTLASS's initialize (TMA descriptors and all) is most of the host time of a
-    // small GEMM. Only without a CUTLASS workspace (stream-K's must be reset).
+    // The last launches of this kernel on this thread (kRecent of them, so that a loop whose
+    // output alternates between two buffers still finds its own), reused when nothing they
+    // depend on changed: CUTLASS's initialize (TMA descriptors and all) is most of the host
+    // time of a small GEMM. Only without a CUTLASS workspace (stream-K's must be reset).
+    static constexpr int kRecent = 4;
     struct Last {
         bool valid = false;
         bool direct = false;  // no operand staged: the caller's pointers went to the kernel
@@ -274,19 +276,24 @@ struct Sm90Gemm {
         cudaStream_t stream = nullptr;
         int device = -1;
         Gemm gemm;
+        bool same(const TdGemmProblem& q, const void* qa, const void* qb, const void* qc, cudaStream_t st,
+                  int dev) const {
+            return valid && a == qa && b == qb && c == qc && stream == st && device == dev && same_problem(p, q);
+        }
     };
 
     static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
                    void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-        static thread_local Last last;
+        static thread_local Last recent[kRecent];
+        static thread_local int next_slot = 0;
         int device = -1;
         const bool have_device = cudaGetDevice(&device) == cudaSuccess;
         // The same call again with the operands in place: straight to the launch, with no
         // planning (the host time of a repeated small GEMM).
-        if (have_device && last.valid && last.direct && last.a == a && last.b == b && last.c == c &&
-            last.stream == stream && last.device == device && same_problem(last.p, p))
-            return relaunch(last.gemm, stream);
+        if (have_device)
+            for (const Last& r : recent)
+                if (r.direct && r.same(p, a, b, c, stream, device)) return relaunch(r.gemm, stream);
         const Plan s = plan(p, a, b, c);
         if (!Pad && !direct_ok(s))
             return fail(TD_REJECTED, "an operand's address, leading dimension or contiguous extent is not "
@@ -315,10 +322,15 @@ struct Sm90Gemm {
         }
         if (s.c.stage) kc = stage;
         const bool reusable = lib_bytes == 0 && have_device;
-        if (reusable && last.valid && same_problem(last.p, p) && last.a == ka && last.b == kb && last.c == kc &&
-            last.stream == stream && last.device == device) {
-            if (int st = relaunch(last.gemm, stream)) return st;
+        const Last* hit = nullptr;
+        if (reusable)
+            for (const Last& r : recent)
+                if (r.same(p, ka, kb, kc, stream, device)) hit = &r;
+        if (hit) {
+            if (int st = relaunch(hit->gemm, stream)) return st;
         } else {
+            Last& last = recent[next_slot];
+            next_slot = (next_slot + 1) % kRecent;
             last.valid = false;
             if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream))
                 return st;
