@@ -274,6 +274,32 @@ def test_legacy_conv_abi(rng):
     assert lib.conv_dispatcher_is_supported(ctypes.byref(legacy)) == -1
 
 
+def test_td_gemm_launch_repeats_and_changes_problems(rng):
+    """td_gemm_launch (the fast path's call): a repeated problem reuses this thread's last
+    ranked list, so repeats, a changed size on the same buffers, NULL pointers, a bad problem
+    and an unknown kernel name are each answered on their own."""
+    from tiledispatch import _ffi
+    lib = GEMM.lib
+    a = random((96, 160), DType.FP32, rng)
+    b_col = np.ascontiguousarray(random((160, 64), DType.FP32, rng).T)  # rcr: B column-major
+    c = np.full((96, 64), np.nan, np.float32)
+    for M in (96, 96, 40, 96):  # the same A, B and C buffers; 40 uses their first rows
+        problem = _ffi.TdGemmProblem(M, 64, 160, DType.FP32.code, 0, 160, 160, 64, 1.0, 0, 0, 0)
+        c[:] = np.nan
+        assert lib.td_gemm_launch(ctypes.addressof(problem), None, a.ctypes.data, b_col.ctypes.data,
+                                  c.ctypes.data, None) == 0
+        ref, mag = reference.gemm(a[:M], b_col.T)
+        assert reference.compare(c[:M], ref, mag, DType.FP32, 160)["ok"]
+        assert np.isnan(c[M:]).all()
+    assert lib.td_gemm_launch(ctypes.addressof(problem), None, None, b_col.ctypes.data, c.ctypes.data, None) == -1
+    assert "must not be NULL" in lib.last_error()
+    bad = _ffi.TdGemmProblem(-1, 64, 160, DType.FP32.code, 0, 0, 0, 0, 1.0, 0, 0, 0)
+    assert lib.td_gemm_launch(ctypes.addressof(bad), None, a.ctypes.data, b_col.ctypes.data, c.ctypes.data, None) == -1
+    assert lib.td_gemm_launch(ctypes.addressof(problem), b"no_such_kernel", a.ctypes.data, b_col.ctypes.data,
+                              c.ctypes.data, None) == -2
+    assert "no kernel named no_such_kernel" in lib.last_error()
+
+
 def test_library_identity_and_abi_version():
     for d in (GEMM, CONV):
         assert d.lib.td_abi_version() == td.codegen.ABI_VERSION
