@@ -135,7 +135,6 @@ def _fast_entry(a, b, out, alpha):
     if table is None:
         import torch
         table = _TORCH_FAST["dtypes"] = {getattr(torch, n.split(".")[1]): d for n, d in _TORCH_DTYPES.items()}
-        _TORCH_FAST["torch"] = torch
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _TORCH_FAST["raw_stream"] = raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
     dtype = table.get(a.dtype)
