@@ -42,15 +42,18 @@ namespace td::cuda {
 // filters as stored: WPC values a channel ([KH][KW] depthwise, [KH][KW][CPG] grouped). IW / 8
 // odd: the 16 rows of an ldmatrix fall on distinct banks.
 //
-// Channel c = 8 o + i (octet o) has plane i x CB / 8 + o, and a plane is padded to 32 bytes
-// past a multiple of 128: the transposing stores and loads, whose lanes take the octets of
-// one pixel (its CB x 2 bytes contiguous in global memory), then fall on distinct banks
-// (without it, at 64 channels, 8 lanes shared a bank).
+// Channel c = 8 o + i (octet o) has plane i x CB / 8 + o, and a plane is padded so that the
+// octets' planes start 64 / 32 / 16 bytes apart modulo 128 at 16 / 32 / 64 channels: the
+// transposing stores and loads, whose lanes take the octets of one pixel (its CB x 2 bytes
+// contiguous in global memory) and the next columns, then fall on distinct banks (counted
+// per half warp of 8-byte accesses; a pad of 32 bytes at every CB left them two-way at 16
+// and 64 channels).
 template <int TH, int TW, int CB, int KH, int WPC>
 struct DwMmaSmem {
     static constexpr int IR = TH + KH - 1;
     static constexpr int IW = TW + 8;
-    static constexpr int PLANE = IR * IW + (16 - IR * IW % 64 + 64) % 64;  // elements, 16 mod 64
+    static constexpr int PAD = CB == 16 ? 32 : CB == 32 ? 16 : 8;  // the plane modulo 64 elements
+    static constexpr int PLANE = IR * IW + (PAD - IR * IW % 64 + 64) % 64;
     static constexpr int in_bytes = CB * PLANE * 2;
     static constexpr int w_bytes = CB * WPC * 2;  // a multiple of 16: CB is a multiple of 8
     static constexpr int bytes = in_bytes + w_bytes;
@@ -228,21 +231,176 @@ __device__ __forceinline__ void dw_mma_write(const DwGeometry& g, const DwMmaBlo
     }
 }
 
+// ---------------------------------------------------------------- the tiles by TMA
+// One thread copies the block's input box (CB channels x BW columns x IR rows, zeros outside
+// the image) into shared memory with one instruction, and the threads transpose it into the
+// planes from shared memory instead of global memory; the results go back the same way
+// (planes -> staging tile [TH][TW][CB] -> one TMA store, clipped at the tensor's edges). The
+// software copies' 16-byte global accesses touch a line per pixel at 16 channels (32 bytes
+// of it), which kept the L1 busy (Nsight Compute: about 40% of its wavefronts, 90% busy).
+// The box and the staging tile lie over the planes (both are smaller): a transposition reads
+// all its values into registers, waits for the block, then writes, so the shared memory (and
+// the blocks per SM) stay those of the software copies. (H200, a separate staging area for
+// the box: ConvNeXt 7x7 16x32x16 31.1 us against 29.1 with software copies, 3 blocks a SM
+// by shared memory instead of 5.)
+// Bank-conflict free (counted per quarter warp of 16-byte accesses):
+//   unstage: lanes take the octets, then 8 / octets rows, then 4-column quads; BW = TW + 7 is
+//            odd, so the rows' pixels fall on all 8 bank groups;
+//   restage: lanes take the octets, then the quads; a lane writes its 4 pixels in the order
+//            p ^ rot (rot from its quad), so that a quarter warp writes 8 distinct groups.
+// Shared memory: the planes (first the box, last the staging tile), the filters, the mbarrier.
+template <int TH, int TW, int CB, int KH, int WPC>
+struct DwMmaTma {
+    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
+    static constexpr int BW = TW + 7;  // >= TW + KW - 1 for KW <= 8, odd
+    static constexpr int box_bytes = S::IR * BW * CB * 2;
+    static constexpr int bar_off = S::in_bytes + S::w_bytes;  // a multiple of 16
+    static constexpr int bytes = bar_off + 8;
+    static_assert(BW % 2 == 1 && BW <= 256 && S::IR <= 256, "a TMA box side is at most 256");
+    static_assert(box_bytes <= S::in_bytes && TH * TW * CB * 2 <= S::in_bytes, "the box and the staging tile fit the planes");
+};
+
+// The block's filters (cn x WPC contiguous values, 16-byte aligned) into shared memory.
+template <int CB, int WPC>
+__device__ __forceinline__ void dw_mma_filters(const DwMmaBlock& k, const unsigned short* __restrict__ w,
+                                               unsigned short* sw) {
+    constexpr int THREADS = dw_mma_threads(CB);
+    const int wv_n = k.cn * WPC / 8;
+    const uint4* wsrc = reinterpret_cast<const uint4*>(w + (int64_t)k.c0 * WPC);
+    for (int e = threadIdx.x; e < wv_n; e += THREADS) reinterpret_cast<uint4*>(sw)[e] = __ldg(wsrc + e);
+}
+
+// 1'. The box (at the planes' start) into the planes: item = (octet, row of 8 / OCT, quad of
+// columns, row block); every value is read before the block's barrier, written after it.
+// Zeros beyond the TW + KW - 1 columns the outputs read.
+template <int TH, int TW, int CB, int KH, int KW, int WPC>
+__device__ __forceinline__ void dw_mma_unstage(const DwMmaBlock& k, unsigned short* sin) {
+    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
+    using L = DwMmaTma<TH, TW, CB, KH, WPC>;
+    constexpr int THREADS = dw_mma_threads(CB), PLANE = S::PLANE, OCT = CB / 8, R8 = OCT >= 8 ? 1 : 8 / OCT;
+    constexpr int QROW = S::IW / 4, RB = (S::IR + R8 - 1) / R8;
+    constexpr int items = OCT * R8 * QROW * RB, PER = (items + THREADS - 1) / THREADS;
+    const unsigned char* box = reinterpret_cast<const unsigned char*>(sin);
+    const int tid = threadIdx.x, oct_n = k.cn / 8;
+    uint4 v[PER][4];
+    int dst_off[PER];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int it = i * THREADS + tid;
+        const int oct = it % OCT, rest = it / OCT, rl = rest % R8, q = rest / R8 % QROW;
+        const int rr = rest / R8 / QROW * R8 + rl;
+        const bool row_in = it < items && oct < oct_n && rr < S::IR;
+        dst_off[i] = row_in ? oct * PLANE + rr * S::IW + 4 * q : -1;
+        const unsigned char* src = box + ((rr * L::BW + 4 * q) * OCT + oct) * 16;
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+            v[i][p] = row_in && 4 * q + p < TW + KW - 1 ? *reinterpret_cast<const uint4*>(src + p * OCT * 16)
+                                                         : make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads();  // the box is read: the planes may overwrite it
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        if (dst_off[i] < 0) continue;
+        unsigned short* dst = sin + dst_off[i];  // channel 8 oct + j: plane j OCT + oct
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {  // word m of a vector: channels 2m (low half), 2m + 1
+            const unsigned a0 = dw_word(v[i][0], m), a1 = dw_word(v[i][1], m);
+            const unsigned a2 = dw_word(v[i][2], m), a3 = dw_word(v[i][3], m);
+            *reinterpret_cast<uint2*>(dst + (2 * m) * OCT * PLANE) =
+                make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
+            *reinterpret_cast<uint2*>(dst + (2 * m + 1) * OCT * PLANE) =
+                make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
+        }
+    }
+}
+
+// 3'. The output rows into the staging tile [TH][TW][CB] at the planes' start (channels-last,
+// as the TMA store reads it): item = (octet fastest, 4 columns, row), read before the block's
+// barrier, written after it; pixel p of a lane's four is written at p ^ rot.
+template <int TH, int TW, int CB, int KH, int WPC>
+__device__ __forceinline__ void dw_mma_restage(const DwMmaBlock& k, unsigned short* sin) {
+    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
+    constexpr int THREADS = dw_mma_threads(CB), PLANE = S::PLANE, OCT = CB / 8;
+    constexpr int OQ = TW / 4, oitems = OCT * TH * OQ, PER = (oitems + THREADS - 1) / THREADS;
+    const int oct_n = k.cn / 8;
+    uint2 v[PER][8];
+    bool live[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const int it = j * THREADS + threadIdx.x;
+        const int oct = it % OCT, rest = it / OCT, q4 = rest % OQ, row = rest / OQ;
+        live[j] = it < oitems && oct < oct_n;  // past the last channel: the store clips them
+        if (!live[j]) continue;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            v[j][i] = *reinterpret_cast<const uint2*>(sin + (i * OCT + oct) * PLANE + row * S::IW + 4 * q4);
+    }
+    __syncthreads();  // the output rows are read: the staging tile may overwrite them
+    unsigned char* stage = reinterpret_cast<unsigned char*>(sin);
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        if (!live[j]) continue;
+        const int it = j * THREADS + threadIdx.x;
+        const int oct = it % OCT, rest = it / OCT, q4 = rest % OQ, row = rest / OQ;
+        // quarter warp: OCT 1 -> quads 0..7 (pixels 4 apart: rot from quad / 2), 2 -> quads
+        // 0..3, 4 -> 0..1 (rot from the quad), 8 -> one pixel's 128 bytes (no rotation)
+        const int rot = OCT == 8 ? 0 : (OCT == 1 ? q4 >> 1 : q4) & 3;
+        if (rot & 2) {  // pixel p ^ 2 takes the other word
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const unsigned t = v[j][i].x;
+                v[j][i].x = v[j][i].y;
+                v[j][i].y = t;
+            }
+        }
+        const unsigned s_even = rot & 1 ? 0x7632 : 0x5410, s_odd = rot & 1 ? 0x5410 : 0x7632;
+        unsigned char* dst = stage + ((row * TW + 4 * q4) * OCT + oct) * 16;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const unsigned sel = p % 2 ? s_odd : s_even;
+            const int m = p / 2;
+            *reinterpret_cast<uint4*>(dst + (p ^ rot) * OCT * 16) =
+                make_uint4(__byte_perm(dw_word(v[j][0], m), dw_word(v[j][1], m), sel),
+                           __byte_perm(dw_word(v[j][2], m), dw_word(v[j][3], m), sel),
+                           __byte_perm(dw_word(v[j][4], m), dw_word(v[j][5], m), sel),
+                           __byte_perm(dw_word(v[j][6], m), dw_word(v[j][7], m), sel));
+        }
+    }
+}
+
 // Depthwise: a warp per channel. A warp writes its channel's output rows over the plane's
 // first rows once it has read the rows under them: output rows [16 mt, 16 mt + 16) after M
 // tile mt, whose input rows reach 16 mt + 15 + KH - 1; the next tile reads from row
 // 16 (mt + 1) on.
-template <class T, int KH, int KW, int TH, int TW, int CB, bool Flip>
+// Tma: the tiles in and out by TMA (xmap: the input box; ymap: the output tile).
+template <class T, int KH, int KW, int TH, int TW, int CB, bool Flip, bool Tma>
 __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x,
                                                                   const unsigned short* __restrict__ w,
-                                                                  unsigned short* __restrict__ y) {
+                                                                  unsigned short* __restrict__ y,
+                                                                  const __grid_constant__ CUtensorMap xmap,
+                                                                  const __grid_constant__ CUtensorMap ymap) {
     using S = DwMmaSmem<TH, TW, CB, KH, KH * KW>;
+    using L = DwMmaTma<TH, TW, CB, KH, KH * KW>;
     constexpr int NT = TW / 8, MT = TH / 16;
-    extern __shared__ __align__(16) unsigned char dw_mma_smem[];
+    extern __shared__ __align__(128) unsigned char dw_mma_smem[];  // TMA: 128-byte aligned boxes
     unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
     unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
+    uint64_t* bar = reinterpret_cast<uint64_t*>(dw_mma_smem + L::bar_off);
     const DwMmaBlock k = dw_mma_block<TH, TW, CB>(g);
-    dw_mma_stage<TH, TW, CB, KH, KW, KH * KW>(g, k, x, w, sin, sw);
+    if constexpr (Tma) {
+        if (threadIdx.x == 0) {
+            mbar_init(bar, 1);
+            mbar_expect(bar, (unsigned)L::box_bytes);
+            const int c[5] = {k.c0, k.ow0 - g.pw, k.oh0 - g.ph, 0, k.n};
+            tma_load_5d(sin, &xmap, c, bar);  // the box over the planes' start
+        }
+        dw_mma_filters<CB, KH * KW>(k, w, sw);
+        __syncthreads();  // the mbarrier is initialized before any thread waits on it
+        mbar_wait(bar, 0);
+        dw_mma_unstage<TH, TW, CB, KH, KW, KH * KW>(k, sin);
+    } else {
+        dw_mma_stage<TH, TW, CB, KH, KW, KH * KW>(g, k, x, w, sin, sw);
+    }
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const unsigned in_base = (unsigned)__cvta_generic_to_shared(sin) + (unsigned)(lane % 16) * S::IW * 2;
@@ -269,7 +427,18 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
         }
     }
     __syncthreads();
-    dw_mma_write<TH, TW, CB, KH, KH * KW>(g, k, sin, y);
+    if constexpr (Tma) {
+        dw_mma_restage<TH, TW, CB, KH, KH * KW>(k, sin);
+        fence_async_shared();  // the staging writes, visible to the TMA store
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const int c[5] = {k.c0, k.ow0, k.oh0, 0, k.n};
+            tma_store_5d(&ymap, sin, c);
+            tma_store_wait_read();  // the shared memory outlives the store's reads
+        }
+    } else {
+        dw_mma_write<TH, TW, CB, KH, KH * KW>(g, k, sin, y);
+    }
 }
 
 // Grouped, CPG (2 or 4) channels per group: out[o] = sum over the group's inputs i and filter
@@ -391,16 +560,42 @@ struct Sm90DwMmaConv {
         Dw::with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
             constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
             if constexpr (fits<KH>()) {
-                constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KH * KW * CPG>::bytes;
-                auto kernel = [] {
-                    if constexpr (CPG == 1) return conv_dw_mma<T, KH, KW, TH, TW, CB, kFlip>;
-                    else return conv_gmma<T, CPG, KH, KW, TH, TW, CB, kFlip>;
-                }();
-                if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-                kernel<<<(unsigned)blocks, dw_mma_threads(CB), bytes, stream>>>(d, src, w, dst);
+                if constexpr (CPG == 1) {
+                    // depthwise: the tiles by TMA where the maps encode (else the software copies)
+                    using L = DwMmaTma<TH, TW, CB, KH, KH * KW>;
+                    CUtensorMap xmap{}, ymap{};
+                    if (L::bytes <= kDwMmaSmemMost && tc_tma_wanted() && dw_mma_maps<KH, KW>(d, src, dst, &xmap, &ymap)) {
+                        auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, kFlip, true>;
+                        if (L::bytes > 48 * 1024)
+                            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::bytes);
+                        kernel<<<(unsigned)blocks, dw_mma_threads(CB), L::bytes, stream>>>(d, src, w, dst, xmap, ymap);
+                    } else {
+                        constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KH * KW>::bytes;
+                        auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, kFlip, false>;
+                        if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+                        kernel<<<(unsigned)blocks, dw_mma_threads(CB), bytes, stream>>>(d, src, w, dst, xmap, ymap);
+                    }
+                } else {
+                    constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KH * KW * CPG>::bytes;
+                    auto kernel = conv_gmma<T, CPG, KH, KW, TH, TW, CB, kFlip>;
+                    if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+                    kernel<<<(unsigned)blocks, dw_mma_threads(CB), bytes, stream>>>(d, src, w, dst);
+                }
             }
         });
         return launch_status();
+    }
+
+    // The tensor maps of the TMA path: the input (the view's: dy for bwd_data) with boxes of
+    // CB channels x BW columns x IR rows, the output with boxes of the tile.
+    template <int KH, int KW>
+    static bool dw_mma_maps(const DwGeometry& d, const void* src, const void* dst, CUtensorMap* xmap, CUtensorMap* ymap) {
+        using L = DwMmaTma<TH, TW, CB, KH, KH * KW>;
+        const int64_t xdims[5] = {d.C, d.wi, d.hi, 1, d.N};
+        const int xbox[5] = {CB, L::BW, L::S::IR, 1, 1};
+        const int64_t ydims[5] = {d.C, d.wo, d.ho, 1, d.N};
+        const int ybox[5] = {CB, TW, TH, 1, 1};
+        return tma_map_16bit(xmap, src, xdims, xbox) && tma_map_16bit(ymap, dst, ydims, ybox);
     }
 
     // KernelInfo: tile = (TH, TW, CB), micro_m = channels per group, schedule 8 = Toeplitz
