@@ -302,10 +302,10 @@ class CudaKnobs:
     algorithm `depthwise` (convolution, one channel per group, stride 1, dilation 1, 1D and
     2D): kernels compiled per filter size (bindings/cuda/conv_depthwise.cuh); tile = (output
     rows, output columns, channels per thread).
-    algorithm `depthwise_mma` (the same problems, 2D, fwd and bwd_data): depthwise on tensor
-    cores, a Toeplitz matrix of each filter row as the MMA's B
-    (bindings/cuda/conv_depthwise_mma.cuh); tile = (output rows, output columns, channels
-    per block). algorithm `toeplitz_mma` with channels_per_group 2 or 4: the same for grouped
+    algorithm `depthwise_mma` (the same problems, 2D): depthwise on tensor cores, a Toeplitz
+    matrix of each filter row as the MMA's B (fwd, bwd_data), a Hankel matrix of each input
+    row as its A (bwd_weight) (bindings/cuda/conv_depthwise_mma.cuh); tile = (output rows,
+    output columns, channels per block). algorithm `toeplitz_mma` with channels_per_group 2 or 4: the same for grouped
     convolution (each output channel sums the Toeplitz products of its group's inputs)."""
 
     cluster_m: int = 1
@@ -571,14 +571,15 @@ class CudaKnobs:
     def _depthwise_mma_problems(self, dtype, direction, tile, layout) -> list[str]:
         """Toeplitz tensor-core kernels (bindings/cuda/conv_depthwise_mma.cuh; depthwise_mma
         and toeplitz_mma): tile = (16 or 32 output rows, 16, 32 or 64 output columns, 8, 16,
-        32 or 64 channels per block); 2D, fwd and bwd_data."""
+        32 or 64 channels per block); 2D; depthwise_mma every direction, toeplitz_mma fwd and
+        bwd_data."""
         out = []
         name = self.algorithm
         if dtype not in (DType.FP16, DType.BF16):
             out.append(f"{name} convolution kernels take fp16 or bf16, not {dtype.key}")
         if layout is not None and layout.ndim != 2:
             out.append(f"the {name} kernels take the 2D layout only")
-        if direction is Direction.BWD_WEIGHT:
+        if direction is Direction.BWD_WEIGHT and name == "toeplitz_mma":
             out.append(f"the {name} kernels compute fwd and bwd_data (bwd_weight: algorithm depthwise or tiled_mma)")
         if tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32, 64):
             out.append(f"{name} tile must be [16|32 rows, 16|32|64 columns, 8|16|32|64 channels], "

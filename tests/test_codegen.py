@@ -328,7 +328,7 @@ def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile,
 @pytest.mark.parametrize("layout, direction, tile, knobs, why", [
     ("NWGC", "fwd", "[16, 32, 16]", "{algorithm: depthwise_mma}", "the depthwise_mma kernels take the 2D layout only"),
     ("NDHWGC", "bwd_data", "[16, 32, 16]", "{algorithm: depthwise_mma}", "the 2D layout only"),
-    ("NHWGC", "bwd_weight", "[16, 32, 16]", "{algorithm: depthwise_mma}", "compute fwd and bwd_data"),
+    ("NDHWGC", "bwd_weight", "[16, 32, 16]", "{algorithm: depthwise_mma}", "the 2D layout only"),
     ("NHWGC", "fwd", "[8, 32, 16]", "{algorithm: depthwise_mma}", "depthwise_mma tile must be [16|32 rows"),
     ("NHWGC", "fwd", "[16, 48, 16]", "{algorithm: depthwise_mma}", "16|32|64 columns"),
     ("NHWGC", "fwd", "[16, 32, 4]", "{algorithm: depthwise_mma}", "8|16|32|64 channels"),
@@ -361,7 +361,8 @@ def test_depthwise_mma_variants_round_trip_and_the_default_manifest_has_them():
     configs = [c for c in sm90_default_configs() if c.knobs.algorithm == "depthwise_mma"]
     names = {c.name for c in configs}
     assert names == {f"conv_{d}_nhwgc_{t}_{tile}_dwmma_sm90a" for d in ("fwd", "bwddata") for t in ("bf16", "fp16")
-                     for tile in ("32x32x16", "16x32x16", "16x16x16")}
+                     for tile in ("32x32x16", "16x32x16", "16x16x16")} | \
+        {f"conv_bwdweight_nhwgc_{t}_16x16x16_dwmma_sm90a" for t in ("bf16", "fp16")}
     for c in configs:
         assert config_from_name(c.name) == c
         assert "cuda::Sm90DwMmaConv<" in emit_source(c) and "cuda/conv_depthwise_mma.cuh" in emit_source(c)

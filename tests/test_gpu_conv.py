@@ -322,10 +322,15 @@ def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
             assert run_case(next(k for k in kernels() if k.name == name), gen, 2, 64, 1, 1, size, fil,
                             (1, 1), (fil[0] // 2,) * 2, (1, 1))
     # bwd_weight: the sliding kernel, 8 columns x 2 channels for 3x3, 4 x 1 for larger filters;
-    # the row kernel where the channels are not a multiple of 8 (16-byte pieces)
+    # the row kernel where the channels are not a multiple of 8 (16-byte pieces) ...
     for G, fil, tile in ((32, (3, 3), "8x8x2"), (32, (5, 5), "8x4x1"), (32, (7, 7), "8x4x1"), (12, (3, 3), "1x8x4")):
-        p = td.ConvProblem(2, G, 1, 1, (14, 14), fil, 1, 1, 1, "bwd_weight", "bf16")
+        p = td.ConvProblem(2, G, 1, 1, (28, 28), fil, 1, 1, 1, "bwd_weight", "bf16")
         assert d.select(p) == f"conv_bwdweight_nhwgc_bf16_{tile}_dw_sm90a", d.select(p)
+    # ... except 7x7 on an image within one 16 x 16 tile: the tensor-core kernel (Hankel MMAs)
+    p = td.ConvProblem(2, 32, 1, 1, (14, 14), (7, 7), 1, 3, 1, "bwd_weight", "bf16")
+    assert d.select(p) == "conv_bwdweight_nhwgc_bf16_16x16x16_dwmma_sm90a", d.select(p)
+    assert run_case(next(k for k in kernels() if k.name == d.select(p)), gen, 2, 32, 1, 1, (14, 14), (7, 7),
+                    (1, 1), (3, 3), (1, 1))
     p = td.ConvProblem(2, 32, 1, 1, (14, 14), (3, 3), 2, 1, 1, "fwd", "bf16")  # stride 2: the direct kernel
     assert d.select(p).endswith("_direct_cpg1_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")

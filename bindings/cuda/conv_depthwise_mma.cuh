@@ -270,18 +270,19 @@ __device__ __forceinline__ void dw_mma_filters(const DwMmaBlock& k, const unsign
     for (int e = threadIdx.x; e < wv_n; e += THREADS) reinterpret_cast<uint4*>(sw)[e] = __ldg(wsrc + e);
 }
 
-// 1'. The box (at the planes' start) into the planes: item = (octet, row of 8 / OCT, quad of
-// columns, row block); every value is read before the block's barrier, written after it.
-// Zeros beyond the TW + KW - 1 columns the outputs read.
-template <int TH, int TW, int CB, int KH, int KW, int WPC>
-__device__ __forceinline__ void dw_mma_unstage(const DwMmaBlock& k, unsigned short* sin) {
-    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
-    using L = DwMmaTma<TH, TW, CB, KH, WPC>;
-    constexpr int THREADS = dw_mma_threads(CB), PLANE = S::PLANE, OCT = CB / 8, R8 = OCT >= 8 ? 1 : 8 / OCT;
-    constexpr int QROW = S::IW / 4, RB = (S::IR + R8 - 1) / R8;
+// 1'. A box [ROWS][BOXW][CB] (channels-last, TMA's layout) into CB planes [ROWS][PITCH]
+// (channel 8 o + i at plane i CB / 8 + o, PLANE elements apart) over it: item = (octet, row
+// of 8 / OCT, quad of columns, row block); every value is read before the block's barrier,
+// written after it. Columns from VALID on are zeros. (fwd: the input box, VALID = the TW +
+// KW - 1 columns the outputs read; bwd_weight: also the dy box, VALID = TW.)
+template <int CB, int ROWS, int BOXW, int PITCH, int PLANE, int VALID>
+__device__ __forceinline__ void dw_unstage_box(int oct_n, unsigned short* sin) {
+    constexpr int THREADS = dw_mma_threads(CB), OCT = CB / 8, R8 = OCT >= 8 ? 1 : 8 / OCT;
+    constexpr int QROW = PITCH / 4, RB = (ROWS + R8 - 1) / R8;
     constexpr int items = OCT * R8 * QROW * RB, PER = (items + THREADS - 1) / THREADS;
+    static_assert(PITCH % 4 == 0 && VALID <= BOXW && BOXW % 2 == 1, "quads of columns; an odd box width");
     const unsigned char* box = reinterpret_cast<const unsigned char*>(sin);
-    const int tid = threadIdx.x, oct_n = k.cn / 8;
+    const int tid = threadIdx.x;
     uint4 v[PER][4];
     int dst_off[PER];
 #pragma unroll
@@ -289,13 +290,13 @@ __device__ __forceinline__ void dw_mma_unstage(const DwMmaBlock& k, unsigned sho
         const int it = i * THREADS + tid;
         const int oct = it % OCT, rest = it / OCT, rl = rest % R8, q = rest / R8 % QROW;
         const int rr = rest / R8 / QROW * R8 + rl;
-        const bool row_in = it < items && oct < oct_n && rr < S::IR;
-        dst_off[i] = row_in ? oct * PLANE + rr * S::IW + 4 * q : -1;
-        const unsigned char* src = box + ((rr * L::BW + 4 * q) * OCT + oct) * 16;
+        const bool row_in = it < items && oct < oct_n && rr < ROWS;
+        dst_off[i] = row_in ? oct * PLANE + rr * PITCH + 4 * q : -1;
+        const unsigned char* src = box + ((rr * BOXW + 4 * q) * OCT + oct) * 16;
 #pragma unroll
         for (int p = 0; p < 4; ++p)
-            v[i][p] = row_in && 4 * q + p < TW + KW - 1 ? *reinterpret_cast<const uint4*>(src + p * OCT * 16)
-                                                         : make_uint4(0, 0, 0, 0);
+            v[i][p] = row_in && 4 * q + p < VALID ? *reinterpret_cast<const uint4*>(src + p * OCT * 16)
+                                                  : make_uint4(0, 0, 0, 0);
     }
     __syncthreads();  // the box is read: the planes may overwrite it
 #pragma unroll
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
         dw_mma_filters<CB, KH * KW>(k, w, sw);
         __syncthreads();  // the mbarrier is initialized before any thread waits on it
         mbar_wait(bar, 0);
-        dw_mma_unstage<TH, TW, CB, KH, KW, KH * KW>(k, sin);
+        dw_unstage_box<CB, S::IR, L::BW, S::IW, S::PLANE, TW + KW - 1>(k.cn / 8, sin);
     } else {
         dw_mma_stage<TH, TW, CB, KH, KW, KH * KW>(g, k, x, w, sin, sw);
     }
@@ -438,6 +439,107 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
         }
     } else {
         dw_mma_write<TH, TW, CB, KH, KH * KW>(g, k, sin, y);
+    }
+}
+
+// ---------------------------------------------------------------- bwd_weight
+// dW[c][kh][kw] = sum over n, oh, ow of dy[n][oh][ow][c] x[n][oh + kh - ph][ow + kw - pw][c].
+// A block takes an output tile (TH rows x TW columns of dy) of CB channels; both boxes come by
+// TMA (x with its halo) and are transposed into planes as in the forward. Per channel (a
+// warp) and input row r of the box, 16 output columns a step are one MMA:
+//   A[m][k] = x[r][16 j + k + m]     m = kw: a Hankel matrix of the input row (rows >= 8 zero)
+//   B[k][n] = dy[r - n][16 j + k]    n = kh: the dy rows whose outputs read input row r
+//   D[m][n] = the sums of dW[kh = n][kw = m]
+// A comes from the input plane by 32-bit loads (lane (g, q) needs elements 16 j + 2q + g, +1
+// and +8, +9: for odd g a funnel shift of two aligned words), B by one ldmatrix.x2 of the dy
+// plane (rows r, r - 1, ..., r - 7; rows outside the tile or past KH read a zero row). Of the
+// MMA's 16 x 8 sums KW x KH are used (7x7: 49 of 128), against one FMA per product on the
+// CUDA cores. Two sets of sums (even and odd rows) keep two MMA chains in flight. A block
+// writes its sums as one fp32 partial row per tile; conv_bwd_weight_reduce adds the rows in
+// a fixed order.
+template <int TH, int TW, int CB, int KH>
+struct DwWgradSmem {
+    using X = DwMmaSmem<TH, TW, CB, KH, 8>;  // the input planes (the filter area unused)
+    static constexpr int DP = TW + 8;  // dy plane pitch: ldmatrix rows 2 (TW + 8) bytes apart, distinct banks
+    static constexpr int DPLANE = TH * DP + (X::PAD - TH * DP % 64 + 64) % 64;
+    static constexpr int BWX = TW + 7, BWD = TW + 1;  // odd box widths (conflict-free unstaging)
+    static constexpr int x_box = X::IR * BWX * CB * 2, dy_box = TH * BWD * CB * 2;
+    static constexpr int dy_off = X::in_bytes;
+    static constexpr int zero_off = dy_off + CB * DPLANE * 2;  // a zero dy row: TW + 8 elements
+    static constexpr int bar_off = zero_off + DP * 2;
+    static constexpr int bytes = bar_off + 8;
+    static_assert(dy_off % 128 == 0, "the dy box lands 128-byte aligned");
+    static_assert(x_box <= X::in_bytes && dy_box <= CB * DPLANE * 2, "the boxes fit under their planes");
+    static_assert(bar_off % 8 == 0 && BWX <= 256 && X::IR <= 256, "mbarrier alignment; TMA box sides");
+};
+
+template <class T, int KH, int KW, int TH, int TW, int CB>
+__global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma_wgrad(DwGeometry g, float* __restrict__ part,
+                                                                        const __grid_constant__ CUtensorMap xmap,
+                                                                        const __grid_constant__ CUtensorMap dymap) {
+    using W = DwWgradSmem<TH, TW, CB, KH>;
+    using X = typename W::X;
+    constexpr int NT = TW / 16, THREADS = dw_mma_threads(CB);
+    static_assert(KW <= 8 && KH <= 8, "a filter row within the MMA's 8 columns, its rows within 8 dy rows");
+    extern __shared__ __align__(128) unsigned char dw_mma_smem[];
+    unsigned short* xs = reinterpret_cast<unsigned short*>(dw_mma_smem);
+    unsigned short* ds = reinterpret_cast<unsigned short*>(dw_mma_smem + W::dy_off);
+    uint64_t* bar = reinterpret_cast<uint64_t*>(dw_mma_smem + W::bar_off);
+    pdl_trigger();  // the reduction may be placed: it waits for this kernel's partial rows
+    const DwMmaBlock k = dw_mma_block<TH, TW, CB>(g);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_expect(bar, (unsigned)(W::x_box + W::dy_box));
+        const int cx[5] = {k.c0, k.ow0 - g.pw, k.oh0 - g.ph, 0, k.n};
+        const int cd[5] = {k.c0, k.ow0, k.oh0, 0, k.n};
+        tma_load_5d(xs, &xmap, cx, bar);
+        tma_load_5d(ds, &dymap, cd, bar);
+    }
+    for (int i = threadIdx.x; i < W::DP / 2; i += THREADS)
+        reinterpret_cast<uint32_t*>(dw_mma_smem + W::zero_off)[i] = 0u;
+    __syncthreads();  // the mbarrier is initialized before any thread waits on it
+    mbar_wait(bar, 0);
+    dw_unstage_box<CB, X::IR, W::BWX, X::IW, X::PLANE, TW + KW - 1>(k.cn / 8, xs);
+    dw_unstage_box<CB, TH, W::BWD, W::DP, W::DPLANE, TW>(k.cn / 8, ds);
+    __syncthreads();
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, q = lane % 4;
+    const unsigned zero_s = (unsigned)__cvta_generic_to_shared(dw_mma_smem + W::zero_off);
+    const unsigned dy_s = (unsigned)__cvta_generic_to_shared(ds);
+    // B: lane l < 16 addresses dy row r - (l % 8) at columns 16 j + 8 (l / 8) (lanes 16-31 alike, unused)
+    const int brow = lane % 8, bcol = (lane / 8) % 2 * 8;
+    // A: lane (gq, q) from the aligned word holding element 16 j + 2q + gq - (gq & 1)
+    const int a_off = 2 * q + gq - (gq & 1);
+    const unsigned a_shift = (unsigned)(gq & 1) * 16u;
+    const int64_t elems = (int64_t)g.C * KH * KW;
+    float* prow = part + (int64_t)(blockIdx.x / (unsigned)((g.C + CB - 1) / CB)) * elems;
+    for (int c = warp; c < k.cn; c += THREADS / 32) {
+        const int pc = dw_mma_plane<CB>(c);
+        const unsigned short* xp = xs + pc * X::PLANE + a_off;
+        const unsigned dplane = dy_s + (unsigned)(pc * W::DPLANE * 2 + bcol * 2);
+        float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 2
+        for (int r = 0; r < X::IR; ++r) {
+            const int dr = r - brow;
+            const unsigned baddr = brow < KH && dr >= 0 && dr < TH ? dplane + (unsigned)(dr * W::DP * 2) : zero_s;
+            const uint32_t* xw = reinterpret_cast<const uint32_t*>(xp + r * X::IW);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                uint32_t b[2];
+                ldsm_x2(b, baddr + (unsigned)(j * 32));
+                const uint32_t w0 = xw[8 * j], w1 = xw[8 * j + 1], w2 = xw[8 * j + 4], w3 = xw[8 * j + 5];
+                const uint32_t a[4] = {__funnelshift_r(w0, w1, a_shift), 0u, __funnelshift_r(w2, w3, a_shift), 0u};
+                mma16816<T>(acc[r & 1], a, b);
+            }
+        }
+        // lane (gq, q): D[gq][2q], D[gq][2q + 1] = dW[kh = 2q, 2q + 1][kw = gq]
+        const int kw = gq;
+        float* dst = prow + (int64_t)(k.c0 + c) * KH * KW;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int kh = 2 * q + e;
+            if (kw < KW && kh < KH) dst[kh * KW + kw] = acc[0][e] + acc[1][e];
+        }
     }
 }
 
@@ -502,7 +604,7 @@ template <int DType, int Ndim, int Direction, int TH, int TW, int CB, int CPG = 
 struct Sm90DwMmaConv {
     using T = typename ConvElement<DType>::T;
     static_assert(Ndim == 2, "the tensor-core depthwise kernel is 2D");
-    static_assert(Direction != TD_CONV_BWD_WEIGHT, "the tensor-core depthwise kernel computes fwd and bwd_data");
+    static_assert(Direction != TD_CONV_BWD_WEIGHT || CPG == 1, "bwd_weight: depthwise only");
     static_assert(TH == 16 || TH == 32, "16 or 32 output rows");
     static_assert(TW == 16 || TW == 32 || TW == 64, "16, 32 or 64 output columns");
     static_assert(CB == 8 || CB == 16 || CB == 32 || CB == 64, "8, 16, 32 or 64 channels per block");
@@ -510,9 +612,18 @@ struct Sm90DwMmaConv {
     // the filter sizes and the view of the problem (bwd_data: the forward over dy)
     using Dw = Sm90DwConv<DType, 2, Direction, 1, 8, 4>;
     static constexpr bool kFlip = Direction == TD_CONV_BWD_DATA;
+    static constexpr bool kWgrad = Direction == TD_CONV_BWD_WEIGHT;
 
     template <int KH>
-    static constexpr bool fits() { return DwMmaSmem<TH, TW, CB, KH, KH * KH * CPG>::bytes <= kDwMmaSmemMost; }
+    static constexpr bool fits() {
+        if constexpr (kWgrad) return DwWgradSmem<TH, TW, CB, KH>::bytes <= kDwMmaSmemMost;
+        else return DwMmaSmem<TH, TW, CB, KH, KH * KH * CPG>::bytes <= kDwMmaSmemMost;
+    }
+
+    // bwd_weight: one fp32 partial row (every channel's taps) per output tile of an image
+    static int64_t partial_rows(const DwGeometry& d) {
+        return (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW);
+    }
 
     static int supports(const TdConvProblem& p, std::string* why) {
         ConvGeometry g{};
@@ -537,12 +648,32 @@ struct Sm90DwMmaConv {
                    " filter exceeds 227 KB";
             return TD_UNSUPPORTED;
         }
+        if (kWgrad && !tc_tma_wanted()) {  // its tiles move by TMA only
+            *why = "bwd_weight on tensor cores needs TMA (TILEDISPATCH_NO_TMA is set)";
+            return TD_UNSUPPORTED;
+        }
         return conv_tensors_fit_int32(g, why);
     }
 
-    static size_t workspace_size(const TdConvProblem&) { return 0; }
+    static size_t workspace_size(const TdConvProblem& p) {
+        if constexpr (!kWgrad) {
+            return 0;
+        } else {
+            ConvGeometry g{};
+            if (!conv_geometry(p, &g).empty()) return 0;
+            const DwGeometry d = Dw::view(g);
+            return (size_t)partial_rows(d) * (size_t)(g.G * g.taps()) * sizeof(float);
+        }
+    }
 
-    static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void*, size_t, void* stream_ptr) {
+    static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
+                   void* stream_ptr) {
+        if constexpr (kWgrad) return run_wgrad(p, in, wei, out, ws, ws_bytes, stream_ptr);
+        else return run_forward(p, in, wei, out, stream_ptr);
+    }
+
+    // fwd: x -> y; bwd_data: the forward over dy with the filter flipped
+    static int run_forward(const TdConvProblem& p, const void* in, const void* wei, void* out, void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
         if ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(wei)) & 15)
             return fail(TD_REJECTED, "a tensor's address is not aligned to the kernel's 16-byte vectors; the generic "
@@ -586,6 +717,45 @@ struct Sm90DwMmaConv {
         return launch_status();
     }
 
+    // bwd_weight: x (`in`) and dy (`out`) by TMA, partial rows in the workspace, then their sum
+    // into dW (`wei`).
+    static int run_wgrad(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
+                         void* stream_ptr) {
+        const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        if ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 15 || reinterpret_cast<uintptr_t>(wei) & 1)
+            return fail(TD_REJECTED, "a tensor's address is not aligned to the kernel's 16-byte vectors; the generic "
+                                     "kernel takes it");
+        ConvGeometry geo{};
+        conv_geometry(p, &geo);
+        const DwGeometry d = Dw::view(geo);
+        const int64_t rows = partial_rows(d), elems = geo.G * geo.taps();
+        const int64_t blocks = rows * ((d.C + CB - 1) / CB);
+        if (blocks > INT32_MAX) return fail(TD_REJECTED, "too many blocks for one launch");
+        float* part = nullptr;
+        if (int st = take_workspace((size_t)rows * (size_t)elems * sizeof(float), ws, ws_bytes, stream_ptr,
+                                    reinterpret_cast<void**>(&part)))
+            return st;
+        bool mapped = false;
+        Dw::with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
+            constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
+            if constexpr (fits<KH>()) {
+                using W = DwWgradSmem<TH, TW, CB, KH>;
+                CUtensorMap xmap{}, dymap{};
+                const int64_t xdims[5] = {d.C, d.wi, d.hi, 1, d.N}, ddims[5] = {d.C, d.wo, d.ho, 1, d.N};
+                const int xbox[5] = {CB, W::BWX, W::X::IR, 1, 1}, dbox[5] = {CB, W::BWD, TH, 1, 1};
+                if (!tma_map_16bit(&xmap, in, xdims, xbox) || !tma_map_16bit(&dymap, out, ddims, dbox)) return;
+                mapped = true;
+                auto kernel = conv_dw_mma_wgrad<T, KH, KW, TH, TW, CB>;
+                if (W::bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, W::bytes);
+                kernel<<<(unsigned)blocks, dw_mma_threads(CB), W::bytes, stream>>>(d, part, xmap, dymap);
+            }
+        });
+        if (!mapped) return fail(TD_REJECTED, "the driver refused a tensor map (this kernel moves its tiles by TMA only)");
+        pdl_launch(conv_bwd_weight_reduce<T>, dim3((unsigned)((elems + 31) / 32)), dim3(32, 8), 0, stream,
+                   static_cast<const float*>(part), static_cast<T*>(const_cast<void*>(wei)), elems, (int)rows);
+        return launch_status();
+    }
+
     // The tensor maps of the TMA path: the input (the view's: dy for bwd_data) with boxes of
     // CB channels x BW columns x IR rows, the output with boxes of the tile.
     template <int KH, int KW>
@@ -601,7 +771,8 @@ struct Sm90DwMmaConv {
     // KernelInfo: tile = (TH, TW, CB), micro_m = channels per group, schedule 8 = Toeplitz
     // tensor-core convolution (depthwise and grouped).
     static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, -1, TH, TW, CB, CPG, 0, 8, 0, 0}, &supports, &workspace_size, &run};
+        return ConvKernel{{name, DType, Ndim, Direction, kWgrad ? 1 : -1, TH, TW, CB, CPG, 0, 8, 0, 0}, &supports,
+                          &workspace_size, &run};
     }
 };
 
