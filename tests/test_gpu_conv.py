@@ -5,6 +5,8 @@ the GPU; run by bench/gpu_run.sh on the H200.
 Every compiled conv variant is run on problems it supports: fresh random inputs
 quantized to its dtype, the output poisoned with NaN, odd and asymmetric sizes, stride 2,
 dilation 2, in its own rank (1D, 2D or 3D)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -206,9 +208,11 @@ def dw_takes(kernel, fil, channels) -> bool:
     """Whether a depthwise variant takes this filter size and channel count: the sliding
     kernels only where their sums, weights and input rows fit the registers and their rings
     48 KB of shared memory (dw_slide_fits in conv_depthwise.cuh); the tensor-core kernels
-    (conv_depthwise_mma.cuh) channels in 16-byte vectors (a short last block)."""
+    (conv_depthwise_mma.cuh) channels in 16-byte vectors (a short last block), their
+    bwd_weight only with TMA (it declines the problem under TILEDISPATCH_NO_TMA)."""
     if kernel.knobs.algorithm == "depthwise_mma":
-        return channels % 8 == 0
+        no_tma = kernel.direction is Direction.BWD_WEIGHT and bool(os.environ.get("TILEDISPATCH_NO_TMA"))
+        return channels % 8 == 0 and not no_tma
     if not is_sliding(kernel):
         return True
     _, tw, vc = kernel.tile
