@@ -69,6 +69,20 @@ __device__ __forceinline__ unsigned dw_word(const uint4& v, int m) {
 }
 __device__ __forceinline__ unsigned dw_word(const uint2& v, int m) { return m == 0 ? v.x : v.y; }
 
+// Four pixels' vectors of 8 channels (v[p]: pixel p) into their octet's 8 planes: channel j
+// of the octet as one 8-byte piece (the 4 pixels) at dst + j x step (dst: the piece in the
+// octet's first plane; step: elements from one of its planes to the next).
+__device__ __forceinline__ void dw_put_quad(const uint4 (&v)[4], unsigned short* dst, int step) {
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {  // word m of a vector: channels 2m (low half), 2m + 1
+        const unsigned a0 = dw_word(v[0], m), a1 = dw_word(v[1], m);
+        const unsigned a2 = dw_word(v[2], m), a3 = dw_word(v[3], m);
+        *reinterpret_cast<uint2*>(dst + (2 * m) * step) = make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
+        *reinterpret_cast<uint2*>(dst + (2 * m + 1) * step) =
+            make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
+    }
+}
+
 // A block's place: block = (channel chunk fastest, column tile, row tile, image); the last
 // chunk may hold fewer than CB channels (cn, a multiple of 8).
 struct DwMmaBlock {
@@ -135,15 +149,7 @@ __device__ __forceinline__ void dw_mma_stage(const DwGeometry& g, const DwMmaBlo
             if (it < items && it % OCT < oct_n) {
                 const int oct = it % OCT, rest = it / OCT, q = rest % QROW, rr = rest / QROW;
                 unsigned short* dst = sin + oct * PLANE + rr * S::IW + 4 * q;  // channel 8 oct + j: plane j OCT + oct
-#pragma unroll
-                for (int m = 0; m < 4; ++m) {  // word m of a vector: channels 2m (low half), 2m + 1
-                    const unsigned a0 = dw_word(v[i][0], m), a1 = dw_word(v[i][1], m);
-                    const unsigned a2 = dw_word(v[i][2], m), a3 = dw_word(v[i][3], m);
-                    *reinterpret_cast<uint2*>(dst + (2 * m) * OCT * PLANE) =
-                        make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
-                    *reinterpret_cast<uint2*>(dst + (2 * m + 1) * OCT * PLANE) =
-                        make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
-                }
+                dw_put_quad(v[i], dst, OCT * PLANE);
             }
         }
     }
@@ -303,15 +309,7 @@ __device__ __forceinline__ void dw_unstage_box(int oct_n, unsigned short* sin) {
     for (int i = 0; i < PER; ++i) {
         if (dst_off[i] < 0) continue;
         unsigned short* dst = sin + dst_off[i];  // channel 8 oct + j: plane j OCT + oct
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {  // word m of a vector: channels 2m (low half), 2m + 1
-            const unsigned a0 = dw_word(v[i][0], m), a1 = dw_word(v[i][1], m);
-            const unsigned a2 = dw_word(v[i][2], m), a3 = dw_word(v[i][3], m);
-            *reinterpret_cast<uint2*>(dst + (2 * m) * OCT * PLANE) =
-                make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
-            *reinterpret_cast<uint2*>(dst + (2 * m + 1) * OCT * PLANE) =
-                make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
-        }
+        dw_put_quad(v[i], dst, OCT * PLANE);
     }
 }
 
