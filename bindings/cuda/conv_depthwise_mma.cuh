@@ -1,6 +1,9 @@
 // cuda backend: depthwise convolution on tensor cores (mma.sync m16n8k16, fp32 accumulation):
 // 2D, stride 1, dilation 1, filters 3x3, 5x5 and 7x7, forward and backward-data (the forward
-// over dy with the filter flipped, as in conv_depthwise.cuh).
+// over dy with the filter flipped, as in conv_depthwise.cuh), and backward-weight
+// (conv_dw_mma_wgrad, below). The tiles move by TMA (see "the tiles by TMA" below) unless
+// TILEDISPATCH_NO_TMA is set or the driver refuses a map (fwd / bwd_data then copy in software;
+// bwd_weight declines the problem).
 //
 // The CUDA-core kernels (conv_depthwise.cuh) spend one FMA per product: ConvNeXt's 7x7 over
 // 32 x 28 x 28 x 384 is 472 M products, 14 us at the H200's FP32 peak against a 9 us memory
