@@ -119,17 +119,17 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
     // ahead from 5x5 up (7x7 at 14 / 28 / 56 pixels 20.4 / 30.2 / 54.6 us against 35.2 / 57.5
     // / 107.8, 5x5 at 28 26.9 against 33.9), behind at 3x3 (MobileNetV2 57.1 against 47.5;
     // the planes' transposition costs more than 9 FMAs a pixel). Among its tiles, the least
-    // padded area (rows in tiles, columns in tiles), then 32 rows, 32 columns (with the tiles
-    // by TMA, the fourteenth session's sweep: 7x7 at 28 x 28 32x32x16 25.2 us against 26.1 at
-    // 16x32x16, at 56 x 56 42.4 against 44.4; at 14 x 14 16x16x16 19.3 against 24.7 at 16x32);
-    // on small images (a 7x7 image fills a fifth of a 16 x 16 tile) the waste puts it behind
-    // the CUDA-core kernels.
+    // padded area (rows in tiles, columns in tiles), then 16 rows, 32 columns (tiles by TMA,
+    // filter pairs: 7x7 at 28 x 28 16x32x16 23.9-24.3 us, 32x32x16 25.3; at 56 x 56 41.6-41.9
+    // against 42.0; at 14 x 14 16x16x16 17.4-17.8 against 22.9-23.0 at 16x32); on small images
+    // (a 7x7 image fills a fifth of a 16 x 16 tile) the waste puts it behind the CUDA-core
+    // kernels.
     if (k.schedule == 8) {
         const int64_t h = p.base.direction == TD_CONV_BWD_DATA ? g.in[1] : g.out[1];
         const int64_t w = p.base.direction == TD_CONV_BWD_DATA ? g.in[2] : g.out[2];
         const int64_t ph = (h + k.tile_m - 1) / k.tile_m * k.tile_m, pw = (w + k.tile_n - 1) / k.tile_n * k.tile_n;
         const double waste = (double)(ph * pw) / (double)(h * w) - 1.0;
-        const double tiles = 0.0001 * std::abs(k.tile_m - 32) + 0.0001 * std::abs(k.tile_n - 32) +
+        const double tiles = 0.0001 * std::abs(k.tile_m - 16) + 0.0001 * std::abs(k.tile_n - 32) +
                              0.0001 * std::abs(k.tile_k - 16);
         // grouped (toeplitz_mma, opt-in): level with tiled_mma on ResNeXt-50 (fwd 38.2 against
         // 37.7 us, bwd_data 38.5 against 37.9): behind it

@@ -111,7 +111,8 @@ __device__ __forceinline__ DwMmaBlock dw_mma_block(const DwGeometry& g) {
 // 1. The block's filters (cn x WPC contiguous values, 16-byte aligned: c0 and cn are
 // multiples of 8) and its input tile, transposed into the planes: item = (octet fastest, 4
 // columns, row); zeros outside the image and beyond the TW + KW - 1 columns the outputs read.
-template <int TH, int TW, int CB, int KH, int KW, int WPC>
+// Weights: false where the caller stores its own form of the filters (conv_dw_mma's pairs).
+template <int TH, int TW, int CB, int KH, int KW, int WPC, bool Weights = true>
 __device__ __forceinline__ void dw_mma_stage(const DwGeometry& g, const DwMmaBlock& k, const unsigned short* __restrict__ x,
                                              const unsigned short* __restrict__ w, unsigned short* sin, unsigned short* sw) {
     using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
@@ -124,7 +125,7 @@ __device__ __forceinline__ void dw_mma_stage(const DwGeometry& g, const DwMmaBlo
 #pragma unroll
     for (int i = 0; i < WIT; ++i) {
         const int e = i * THREADS + tid;
-        wv[i] = e < wv_n ? __ldg(wsrc + e) : make_uint4(0, 0, 0, 0);
+        wv[i] = Weights && e < wv_n ? __ldg(wsrc + e) : make_uint4(0, 0, 0, 0);
     }
     constexpr int QROW = S::IW / 4, BATCH = 4;
     constexpr int items = OCT * S::IR * QROW;  // octets from oct_n on: the last chunk's missing channels
@@ -159,7 +160,7 @@ __device__ __forceinline__ void dw_mma_stage(const DwGeometry& g, const DwMmaBlo
 #pragma unroll
     for (int i = 0; i < WIT; ++i) {
         const int e = i * THREADS + tid;
-        if (e < wv_n) reinterpret_cast<uint4*>(sw)[e] = wv[i];
+        if (Weights && e < wv_n) reinterpret_cast<uint4*>(sw)[e] = wv[i];
     }
 }
 
@@ -269,14 +270,30 @@ struct DwMmaTma {
     static_assert(box_bytes <= S::in_bytes && TH * TW * CB * 2 <= S::in_bytes, "the box and the staging tile fit the planes");
 };
 
-// The block's filters (cn x WPC contiguous values, 16-byte aligned) into shared memory.
-template <int CB, int WPC>
-__device__ __forceinline__ void dw_mma_filters(const DwMmaBlock& k, const unsigned short* __restrict__ w,
-                                               unsigned short* sw) {
-    constexpr int THREADS = dw_mma_threads(CB);
-    const int wv_n = k.cn * WPC / 8;
-    const uint4* wsrc = reinterpret_cast<const uint4*>(w + (int64_t)k.c0 * WPC);
-    for (int e = threadIdx.x; e < wv_n; e += THREADS) reinterpret_cast<uint4*>(sw)[e] = __ldg(wsrc + e);
+// The depthwise B fragments come from a table of filter pairs. Lane (r, q) of the Toeplitz
+// fragment (dw_toeplitz) needs w[k0], w[k0 + 1] (b[0]) and w[k0 + 8], w[k0 + 9] (b[1]) with
+// k0 = 2q - r in [-7, 6]; for a row of at most 8 taps, b[0] is zero where k0 < -1 and b[1]
+// where k0 >= -1, so each lane needs one pair: word j + 1 of its row's table holds
+// w[j] | w[j + 1] << 16 for j in [-1, 6] (zeros outside the row), j = k0 or k0 + 8. One 32-bit
+// shared load a filter row instead of four 2-byte ones. A thread builds one filter row's 8
+// words from its taps (loaded at once); the filter flipped for bwd_data.
+constexpr int kDwPairs = 8;
+constexpr int dw_wpc(int kh, int kw, int cpg) { return cpg == 1 ? kh * kDwPairs * 2 : kh * kw * cpg; }
+
+template <int CB, int KH, int KW, bool Flip>
+__device__ __forceinline__ void dw_mma_pairs(const DwMmaBlock& k, const unsigned short* __restrict__ w, uint32_t* table) {
+    static_assert(KW <= kDwPairs, "a filter row of at most 8 taps");
+    for (int row = threadIdx.x; row < k.cn * KH; row += dw_mma_threads(CB)) {
+        const int kh = row % KH, c = row / KH;
+        const unsigned short* src = w + ((int64_t)(k.c0 + c) * KH + (Flip ? KH - 1 - kh : kh)) * KW;
+        uint32_t tap[KW];
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) tap[kw] = __ldg(src + (Flip ? KW - 1 - kw : kw));
+        auto at = [&](int t) -> uint32_t { return t >= 0 && t < KW ? tap[t] : 0u; };
+        uint4* dst = reinterpret_cast<uint4*>(table + row * kDwPairs);
+        dst[0] = make_uint4(at(-1) | at(0) << 16, at(0) | at(1) << 16, at(1) | at(2) << 16, at(2) | at(3) << 16);
+        dst[1] = make_uint4(at(3) | at(4) << 16, at(4) | at(5) << 16, at(5) | at(6) << 16, at(6) | at(7) << 16);
+    }
 }
 
 // 1'. A box [ROWS][BOXW][CB] (channels-last, TMA's layout) into CB planes [ROWS][PITCH]
@@ -374,15 +391,17 @@ __device__ __forceinline__ void dw_mma_restage(const DwMmaBlock& k, unsigned sho
 // first rows once it has read the rows under them: output rows [16 mt, 16 mt + 16) after M
 // tile mt, whose input rows reach 16 mt + 15 + KH - 1; the next tile reads from row
 // 16 (mt + 1) on.
-// Tma: the tiles in and out by TMA (xmap: the input box; ymap: the output tile).
+// Tma: the tiles in and out by TMA (xmap: the input box; ymap: the output tile). 32 rows: at
+// most 128 registers, the 4 blocks a SM its shared memory allows (the TMA path took 136, 3
+// blocks: ConvNeXt 7x7 at 28 x 28 27.8 us, 25.3 with the bound).
 template <class T, int KH, int KW, int TH, int TW, int CB, bool Flip, bool Tma>
-__global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x,
-                                                                  const unsigned short* __restrict__ w,
-                                                                  unsigned short* __restrict__ y,
-                                                                  const __grid_constant__ CUtensorMap xmap,
-                                                                  const __grid_constant__ CUtensorMap ymap) {
-    using S = DwMmaSmem<TH, TW, CB, KH, KH * KW>;
-    using L = DwMmaTma<TH, TW, CB, KH, KH * KW>;
+__global__ void __launch_bounds__(dw_mma_threads(CB), TH == 32 ? 4 : 1)
+    conv_dw_mma(DwGeometry g, const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                unsigned short* __restrict__ y, const __grid_constant__ CUtensorMap xmap,
+                const __grid_constant__ CUtensorMap ymap) {
+    constexpr int WPC = dw_wpc(KH, KW, 1);
+    using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
+    using L = DwMmaTma<TH, TW, CB, KH, WPC>;
     constexpr int NT = TW / 8, MT = TH / 16;
     extern __shared__ __align__(128) unsigned char dw_mma_smem[];  // TMA: 128-byte aligned boxes
     unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
@@ -396,23 +415,29 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
             const int c[5] = {k.c0, k.ow0 - g.pw, k.oh0 - g.ph, 0, k.n};
             tma_load_5d(sin, &xmap, c, bar);  // the box over the planes' start
         }
-        dw_mma_filters<CB, KH * KW>(k, w, sw);
+        dw_mma_pairs<CB, KH, KW, Flip>(k, w, reinterpret_cast<uint32_t*>(sw));
         __syncthreads();  // the mbarrier is initialized before any thread waits on it
         mbar_wait(bar, 0);
         dw_unstage_box<CB, S::IR, L::BW, S::IW, S::PLANE, TW + KW - 1>(k.cn / 8, sin);
     } else {
-        dw_mma_stage<TH, TW, CB, KH, KW, KH * KW>(g, k, x, w, sin, sw);
+        dw_mma_pairs<CB, KH, KW, Flip>(k, w, reinterpret_cast<uint32_t*>(sw));
+        dw_mma_stage<TH, TW, CB, KH, KW, WPC, false>(g, k, x, w, sin, sw);
     }
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const unsigned in_base = (unsigned)__cvta_generic_to_shared(sin) + (unsigned)(lane % 16) * S::IW * 2;
+    // this lane's pair (dw_mma_pairs): its table word and which half of the fragment it fills
+    const int k0 = 2 * (lane % 4) - lane / 4;
+    const int pair = (k0 >= -1 ? k0 : k0 + 8) + 1;
+    const uint32_t lo_mask = k0 >= -1 ? ~0u : 0u;
     for (int c = warp; c < k.cn; c += dw_mma_threads(CB) / 32) {
         uint32_t bf[KH][1][2];
-        const unsigned short* wc = sw + c * KH * KW;
+        const uint32_t* pairs = reinterpret_cast<const uint32_t*>(sw) + c * KH * kDwPairs + pair;
 #pragma unroll
         for (int kh = 0; kh < KH; ++kh) {
-            const int row = (Flip ? KH - 1 - kh : kh) * KW;
-            dw_toeplitz<KW>(bf[kh][0], lane, [&](int kw) -> uint32_t { return wc[row + (Flip ? KW - 1 - kw : kw)]; });
+            const uint32_t wp = pairs[kh * kDwPairs];
+            bf[kh][0][0] = wp & lo_mask;
+            bf[kh][0][1] = wp & ~lo_mask;
         }
         const int pc = dw_mma_plane<CB>(c);
         const unsigned plane = in_base + (unsigned)(pc * S::PLANE * 2);
@@ -430,7 +455,7 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
     }
     __syncthreads();
     if constexpr (Tma) {
-        dw_mma_restage<TH, TW, CB, KH, KH * KW>(k, sin);
+        dw_mma_restage<TH, TW, CB, KH, WPC>(k, sin);
         fence_async_shared();  // the staging writes, visible to the TMA store
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -439,7 +464,7 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma(DwGeometry g, 
             tma_store_wait_read();  // the shared memory outlives the store's reads
         }
     } else {
-        dw_mma_write<TH, TW, CB, KH, KH * KW>(g, k, sin, y);
+        dw_mma_write<TH, TW, CB, KH, WPC>(g, k, sin, y);
     }
 }
 
@@ -618,7 +643,7 @@ struct Sm90DwMmaConv {
     template <int KH>
     static constexpr bool fits() {
         if constexpr (kWgrad) return DwWgradSmem<TH, TW, CB, KH>::bytes <= kDwMmaSmemMost;
-        else return DwMmaSmem<TH, TW, CB, KH, KH * KH * CPG>::bytes <= kDwMmaSmemMost;
+        else return DwMmaSmem<TH, TW, CB, KH, dw_wpc(KH, KH, CPG)>::bytes <= kDwMmaSmemMost;
     }
 
     // bwd_weight: one fp32 partial row (every channel's taps) per output tile of an image
@@ -694,7 +719,7 @@ struct Sm90DwMmaConv {
             if constexpr (fits<KH>()) {
                 if constexpr (CPG == 1) {
                     // depthwise: the tiles by TMA where the maps encode (else the software copies)
-                    using L = DwMmaTma<TH, TW, CB, KH, KH * KW>;
+                    using L = DwMmaTma<TH, TW, CB, KH, dw_wpc(KH, KW, 1)>;
                     CUtensorMap xmap{}, ymap{};
                     if (L::bytes <= kDwMmaSmemMost && tc_tma_wanted() && dw_mma_maps<KH, KW>(d, src, dst, &xmap, &ymap)) {
                         auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, kFlip, true>;
@@ -702,7 +727,7 @@ struct Sm90DwMmaConv {
                             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::bytes);
                         kernel<<<(unsigned)blocks, dw_mma_threads(CB), L::bytes, stream>>>(d, src, w, dst, xmap, ymap);
                     } else {
-                        constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, KH * KW>::bytes;
+                        constexpr int bytes = DwMmaSmem<TH, TW, CB, KH, dw_wpc(KH, KW, 1)>::bytes;
                         auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, kFlip, false>;
                         if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
                         kernel<<<(unsigned)blocks, dw_mma_threads(CB), bytes, stream>>>(d, src, w, dst, xmap, ymap);
@@ -761,7 +786,7 @@ struct Sm90DwMmaConv {
     // CB channels x BW columns x IR rows, the output with boxes of the tile.
     template <int KH, int KW>
     static bool dw_mma_maps(const DwGeometry& d, const void* src, const void* dst, CUtensorMap* xmap, CUtensorMap* ymap) {
-        using L = DwMmaTma<TH, TW, CB, KH, KH * KW>;
+        using L = DwMmaTma<TH, TW, CB, KH, dw_wpc(KH, KW, 1)>;
         const int64_t xdims[5] = {d.C, d.wi, d.hi, 1, d.N};
         const int xbox[5] = {CB, L::BW, L::S::IR, 1, 1};
         const int64_t ydims[5] = {d.C, d.wo, d.ho, 1, d.N};
