@@ -305,8 +305,9 @@ class CudaKnobs:
     algorithm `depthwise_mma` (the same problems, 2D): depthwise on tensor cores, a Toeplitz
     matrix of each filter row as the MMA's B (fwd, bwd_data), a Hankel matrix of each input
     row as its A (bwd_weight) (bindings/cuda/conv_depthwise_mma.cuh); tile = (output rows,
-    output columns, channels per block). algorithm `toeplitz_mma` with channels_per_group 2 or 4: the same for grouped
-    convolution (each output channel sums the Toeplitz products of its group's inputs)."""
+    output columns, channels per block). algorithm `toeplitz_mma` with channels_per_group 2
+    or 4: the same for grouped convolution (each output channel sums the Toeplitz products
+    of its group's inputs)."""
 
     cluster_m: int = 1
     cluster_n: int = 1

@@ -581,7 +581,7 @@ __global__ void __launch_bounds__(dw_mma_threads(CB)) conv_gmma(DwGeometry g, co
     constexpr int WPC = KH * KW * CPG;
     using S = DwMmaSmem<TH, TW, CB, KH, WPC>;
     constexpr int NT = TW / 8, MT = TH / 16;
-    extern __shared__ __align__(16) unsigned char dw_mma_smem[];
+    extern __shared__ __align__(128) unsigned char dw_mma_smem[];  // one declaration: the TMA kernels need 128
     unsigned short* sin = reinterpret_cast<unsigned short*>(dw_mma_smem);
     unsigned short* sw = reinterpret_cast<unsigned short*>(dw_mma_smem + S::in_bytes);
     const DwMmaBlock k = dw_mma_block<TH, TW, CB>(g);
@@ -721,7 +721,8 @@ struct Sm90DwMmaConv {
                     // depthwise: the tiles by TMA where the maps encode (else the software copies)
                     using L = DwMmaTma<TH, TW, CB, KH, dw_wpc(KH, KW, 1)>;
                     CUtensorMap xmap{}, ymap{};
-                    if (L::bytes <= kDwMmaSmemMost && tc_tma_wanted() && dw_mma_maps<KH, KW>(d, src, dst, &xmap, &ymap)) {
+                    if (L::bytes <= kDwMmaSmemMost && tc_tma_wanted() &&
+                        tile_map(&xmap, src, d, true, L::BW, L::S::IR) && tile_map(&ymap, dst, d, false, TW, TH)) {
                         auto kernel = conv_dw_mma<T, KH, KW, TH, TW, CB, kFlip, true>;
                         if (L::bytes > 48 * 1024)
                             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::bytes);
@@ -767,9 +768,7 @@ struct Sm90DwMmaConv {
             if constexpr (fits<KH>()) {
                 using W = DwWgradSmem<TH, TW, CB, KH>;
                 CUtensorMap xmap{}, dymap{};
-                const int64_t xdims[5] = {d.C, d.wi, d.hi, 1, d.N}, ddims[5] = {d.C, d.wo, d.ho, 1, d.N};
-                const int xbox[5] = {CB, W::BWX, W::X::IR, 1, 1}, dbox[5] = {CB, W::BWD, TH, 1, 1};
-                if (!tma_map_16bit(&xmap, in, xdims, xbox) || !tma_map_16bit(&dymap, out, ddims, dbox)) return;
+                if (!tile_map(&xmap, in, d, true, W::BWX, W::X::IR) || !tile_map(&dymap, out, d, false, W::BWD, TH)) return;
                 mapped = true;
                 auto kernel = conv_dw_mma_wgrad<T, KH, KW, TH, TW, CB>;
                 if (W::bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, W::bytes);
@@ -782,16 +781,12 @@ struct Sm90DwMmaConv {
         return launch_status();
     }
 
-    // The tensor maps of the TMA path: the input (the view's: dy for bwd_data) with boxes of
-    // CB channels x BW columns x IR rows, the output with boxes of the tile.
-    template <int KH, int KW>
-    static bool dw_mma_maps(const DwGeometry& d, const void* src, const void* dst, CUtensorMap* xmap, CUtensorMap* ymap) {
-        using L = DwMmaTma<TH, TW, CB, KH, dw_wpc(KH, KW, 1)>;
-        const int64_t xdims[5] = {d.C, d.wi, d.hi, 1, d.N};
-        const int xbox[5] = {CB, L::BW, L::S::IR, 1, 1};
-        const int64_t ydims[5] = {d.C, d.wo, d.ho, 1, d.N};
-        const int ybox[5] = {CB, TW, TH, 1, 1};
-        return tma_map_16bit(xmap, src, xdims, xbox) && tma_map_16bit(ymap, dst, ydims, ybox);
+    // A tensor map over one side of the view (input: C x wi x hi x N, the view's input being dy
+    // for bwd_data; output: C x wo x ho x N) with boxes of CB channels x cols x rows.
+    static bool tile_map(CUtensorMap* map, const void* base, const DwGeometry& d, bool input, int cols, int rows) {
+        const int64_t dims[5] = {d.C, input ? d.wi : d.wo, input ? d.hi : d.ho, 1, d.N};
+        const int box[5] = {CB, cols, rows, 1, 1};
+        return tma_map_16bit(map, base, dims, box);
     }
 
     // KernelInfo: tile = (TH, TW, CB), micro_m = channels per group, schedule 8 = Toeplitz
