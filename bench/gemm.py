@@ -30,6 +30,9 @@ SHAPES = [
     (3000, 5000, 7168), (8192, 8192, 256), (512, 512, 65536), (4095, 4095, 4095),
 ]
 MISALIGNED = [(4095, 4095, 4095), (4097, 4097, 4097), (8191, 8191, 8191)]
+# decode and other skinny shapes (M small: B's bytes are the time), for the skinny kernels
+DECODE = [(16, 6144, 4096), (64, 28672, 4096), (128, 4096, 14336), (1, 4096, 4096), (8, 4096, 14336),
+          (16, 28672, 4096), (32, 8192, 8192), (16, 4096, 4096), (48, 12288, 4096)]
 TORCH = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP8_E4M3: torch.float8_e4m3fn}
 
 
@@ -159,7 +162,7 @@ def main() -> int:
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp8_e4m3"])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--json", help="write every measurement here")
-    parser.add_argument("--shapes", default="suite", choices=("suite", "quick"))
+    parser.add_argument("--shapes", default="suite", choices=("suite", "quick", "decode"))
     parser.add_argument("--no-knobs", dest="knobs", action="store_false",
                         help="skip the raster/swizzle and stream-K split sweeps")
     args = parser.parse_args()
@@ -177,9 +180,10 @@ def main() -> int:
     stream = torch.cuda.current_stream().cuda_stream
     named_only = {k.name for k in d.kernels if getattr(k, "named_only", False)}
     rows, records, failures = [], [], []
-    shapes = SHAPES if args.shapes == "suite" else SHAPES[:4]
+    shapes = {"suite": SHAPES, "quick": SHAPES[:4], "decode": DECODE}[args.shapes]
+    extra = [s for s in MISALIGNED if s not in shapes] if args.shapes != "decode" else []
     for dtype in (DType.parse(x) for x in args.dtypes):
-        for shape in shapes + [s for s in MISALIGNED if s not in shapes]:
+        for shape in shapes + extra:
             M, N, K = shape
             if dtype.nbytes == 1 and not aligned(shape, dtype):
                 continue  # torch._scaled_mm needs 16-byte aligned sizes
@@ -289,6 +293,30 @@ def main() -> int:
                                                              for (n, z), t in times.items()}})
             del a, b, c
 
+    # split counts of the skinny kernels (our decode GEMM) on decode shapes
+    if args.knobs and args.shapes in ("suite", "decode"):
+        print("\nskinny split sweep (TFLOP/s by splits, 0 = the kernel's choice)")
+        for dtype in (DType.parse(x) for x in args.dtypes):
+            for M, N, K in [(16, 6144, 4096), (1, 4096, 4096), (64, 28672, 4096), (16, 4096, 4096)]:
+                a, b = operands(M, N, K, dtype)
+                c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16 if dtype.nbytes == 1 else TORCH[dtype])
+                sk = [k for k in d.kernels if k.dtype is dtype and k.knobs.algorithm == "skinny"]
+                fns = {}
+                for k in sk:
+                    for splits in (0, 1, 2, 4, 8):
+                        p = td.GemmProblem(M, N, K, dtype, "rcr", a.stride(0), b.stride(1), c.stride(0), splits=splits)
+                        fns[(k.name, splits)] = lambda p=p, k=k: d.run(p, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                                       kernel=k.name, stream=stream, timed=False)
+                if not fns:
+                    continue
+                times = timer.many(fns)
+                flops = 2.0 * M * N * K
+                for k in sk:
+                    cells = "  ".join(f"{z}:{flops / (times[(k.name, z)] * 1e-3) / 1e12:6.1f}" for z in (0, 1, 2, 4, 8))
+                    print(f"  {dtype.key} {M}x{N}x{K} {k.name}\n    {cells}", flush=True)
+                records.append({"dtype": dtype.key, "shape": [M, N, K], "skinny_splits": {
+                    f"{n},{z}": flops / (t * 1e-3) / 1e12 for (n, z), t in times.items()}})
+                del a, b, c
 
     print("\nsummary (ratio = TFLOP/s over torch in the same run)")
     if failures:

@@ -1,5 +1,5 @@
 """cuda backend emitter: one .cu source per variant, instantiating bindings/cuda/gemm_sm90.cuh
-(GEMM through CUTLASS), conv_direct.cuh and conv_depthwise.cuh (our direct convolutions), conv_depthwise_mma.cuh, conv_mma.cuh and conv_mma_tiled.cuh
+(GEMM through CUTLASS), gemm_skinny.cuh (our decode-shape GEMM), conv_direct.cuh and conv_depthwise.cuh (our direct convolutions), conv_depthwise_mma.cuh, conv_mma.cuh and conv_mma_tiled.cuh
 (tensor-core convolutions), conv_gemm.cuh (dense convolution through a CUTLASS GEMM) or conv_implicit.cuh
 (dense convolution through CUTLASS's implicit-GEMM convolution)."""
 from __future__ import annotations
@@ -43,6 +43,8 @@ def emit(config) -> str:
     if not isinstance(config, GemmKernelConfig):
         raise TypeError(f"cannot emit {type(config).__name__}")
     tm, tn, tk = config.tile
+    if k.algorithm == "skinny":
+        return definition(config, "cuda/gemm_skinny.cuh", f"cuda::SkinnyGemm<{config.dtype.code}, {tm}, {tn}, {tk}>")
     streamk = config.variant is GemmVariant.STREAM_K
     reduction = config.reduction.code if streamk else -1
     return definition(config, "cuda/gemm_sm90.cuh", (

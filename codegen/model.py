@@ -291,6 +291,9 @@ class CudaKnobs:
     every N MMAs of K 32 through CUTLASS's fp8 mainloop, which drains them at each; `fast`
     never (CUTLASS's FP8FastAccum schedules: much less precise, so never picked, run only
     when named).
+    algorithm `skinny` (GEMM, rcr): our decode-shape kernel (bindings/cuda/gemm_skinny.cuh),
+    B's rows streamed in 16-byte vectors straight into mma.sync fragments, split-K at run
+    time; tile = (rows of A a block, rows of B a block, k of one block step).
     algorithm `implicit` (dense convolution): CUTLASS sm90 implicit-GEMM convolution
     (bindings/cuda/conv_implicit.cuh): cluster shape (CUTLASS has one sm90 conv kernel
     schedule, the non-persistent warp-specialized one) and, for bwd_weight, `split`: the
@@ -314,15 +317,15 @@ class CudaKnobs:
     schedule: str = "cooperative"  # cooperative | pingpong
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
-    algorithm: str = "cutlass"     # cutlass | direct | depthwise | depthwise_mma | toeplitz_mma | mma | tiled_mma | im2col | implicit
+    algorithm: str = "cutlass"     # cutlass | skinny | direct | depthwise | depthwise_mma | toeplitz_mma | mma | tiled_mma | im2col | implicit
     channels_per_group: int = 0    # direct: 0 (any) or 1, 2, 4, 8, 16; mma: 2, 4, 8, 16, 32; tiled_mma: 1, 2, 4, 8, 16
     split: int = 1                 # implicit bwd_weight: batch slices (1, 2, 4, 8)
     promote: int = 1               # fp8 GEMM: 1 = tile (ours), N = CUTLASS every N MMAs, 0 = fast (never)
 
     SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
     EPILOGUES = ("tma", "nosmem")
-    ALGORITHMS = ("cutlass", "direct", "depthwise", "depthwise_mma", "toeplitz_mma", "mma", "tiled_mma", "im2col",
-                  "implicit")
+    ALGORITHMS = ("cutlass", "skinny", "direct", "depthwise", "depthwise_mma", "toeplitz_mma", "mma", "tiled_mma",
+                  "im2col", "implicit")
     TOEPLITZ_CPG = (2, 4)
     DIRECT_CPG = (0, 1, 2, 4, 8, 16)
     MMA_CPG = (2, 4, 8, 16, 32)
@@ -338,7 +341,7 @@ class CudaKnobs:
         if self.epilogue not in self.EPILOGUES:
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.algorithm not in self.ALGORITHMS:
-            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, direct, depthwise, "
+            raise ValueError(f"unknown algorithm '{self.algorithm}' (expected cutlass, skinny, direct, depthwise, "
                              "depthwise_mma, toeplitz_mma, mma, tiled_mma, im2col or implicit)")
         if self.algorithm == "direct" and self.channels_per_group not in self.DIRECT_CPG:
             raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
@@ -360,6 +363,11 @@ class CudaKnobs:
     @classmethod
     def from_yaml(cls, values: dict) -> "CudaKnobs":
         algorithm = values.get("algorithm", "cutlass")
+        if algorithm == "skinny":
+            extra = set(values) - {"algorithm"}
+            if extra:
+                raise ValueError(f"the skinny algorithm takes no {', '.join(sorted(extra))} (its knobs are the tile)")
+            return cls(algorithm=algorithm)
         if algorithm in ("depthwise", "depthwise_mma"):
             extra = set(values) - {"algorithm"}
             if extra:
@@ -402,6 +410,8 @@ class CudaKnobs:
 
     @property
     def token(self) -> str:
+        if self.algorithm == "skinny":
+            return "skinny"
         if self.algorithm == "depthwise":
             return "dw"
         if self.algorithm == "depthwise_mma":
@@ -429,6 +439,8 @@ class CudaKnobs:
 
     @classmethod
     def from_token(cls, token: str) -> "CudaKnobs":
+        if token == "skinny":
+            return cls(algorithm="skinny")
         if token == "dw":
             return cls(algorithm="depthwise")
         if token == "dwmma":
@@ -600,12 +612,34 @@ class CudaKnobs:
             out.append(f"tile K must be {want_k} for {dtype.key} (128-byte rows of shared memory)")
         return out
 
+    @staticmethod
+    def _skinny_problems(dtype, layout, variant, tile) -> list[str]:
+        """Our decode-shape GEMM (bindings/cuda/gemm_skinny.cuh): tile = (rows of A a block,
+        rows of B a block, k of one block step = warps x the warp step's 32 (16-bit) or 64
+        (fp8) elements)."""
+        out = []
+        tm, tn, tk = tile
+        if dtype not in (DType.FP16, DType.BF16, DType.FP8_E4M3, DType.FP8_E5M2):
+            out.append(f"the skinny GEMM takes fp16, bf16, fp8_e4m3 or fp8_e5m2, not {dtype.key}")
+        if layout is not Layout.RCR:
+            out.append("the skinny GEMM reads K-contiguous rows of A and B: layout rcr only")
+        if variant is not GemmVariant.STANDARD:
+            out.append("the skinny GEMM has its own split-K (run time): variant standard")
+        warp_k = 64 if dtype.nbytes == 1 else 32
+        if tm not in (8, 16, 32, 64) or tn not in (16, 32) or tk % warp_k or tk // warp_k not in (1, 2, 4, 8, 16):
+            out.append(f"skinny tile must be [8|16|32|64, 16|32, {warp_k} x 1|2|4|8|16 warps], not {list(tile)}")
+        elif (tn // 16) * (tm // 8) > 8:
+            out.append(f"skinny tile {tm}x{tn} holds more than 32 accumulators a thread")
+        return out
+
     def _gemm_problems(self, dtype, layout, variant, tile, check_algorithm=True) -> list[str]:
         """The sm90 CUTLASS rules."""
         out = []
         tm, tn, tk = tile
+        if check_algorithm and self.algorithm == "skinny":
+            return self._skinny_problems(dtype, layout, variant, tile)
         if check_algorithm and self.algorithm != "cutlass":
-            return ["GEMM on the cuda backend uses algorithm cutlass"]
+            return ["GEMM on the cuda backend uses algorithm cutlass or skinny"]
         if dtype is DType.FP32:
             out.append("fp32 inputs are not built on the cuda backend (use fp16, bf16 or fp8)")
         if dtype in FNUZ:
@@ -858,7 +892,7 @@ def knobs_dict(knobs) -> dict:
     if knobs.algorithm == "implicit":
         return {"algorithm": "implicit", "cluster": [knobs.cluster_m, knobs.cluster_n],
                 **({"split": knobs.split} if knobs.split > 1 else {})}
-    if knobs.algorithm in ("depthwise", "depthwise_mma"):
+    if knobs.algorithm in ("depthwise", "depthwise_mma", "skinny"):
         return {"algorithm": knobs.algorithm}
     if knobs.algorithm in ("direct", "mma", "tiled_mma", "toeplitz_mma"):
         return {"algorithm": knobs.algorithm, "channels_per_group": knobs.channels_per_group or "any"}

@@ -109,6 +109,47 @@ def test_pad_variants_serve_misaligned_problems(kernel, shape, gen):
     check(kernel, 256, 200, 300, gen, pad=3)
 
 
+def skinny_kernels():
+    return [k for k in kernels() if k.knobs.algorithm == "skinny"]
+
+
+@pytest.mark.parametrize("kernel", skinny_kernels(), ids=lambda k: k.name)
+def test_skinny_kernels_on_tails_splits_and_strides(kernel, gen):
+    """Our decode GEMM (gemm_skinny.cuh): M below and above its block rows, N and K not
+    multiples of its tile, the split count chosen (0), none (1) and uneven (3), leading
+    dimensions one 16-byte vector longer than the rows."""
+    tm, tn, tk = kernel.tile
+    vec = 16 // kernel.dtype.nbytes
+    for M, N, K in ((1, 4096, 4096), (max(1, tm - 3), 5 * tn + 3, 3 * tk + vec), (3 * tm + 5, 1000, 2 * vec)):
+        for splits in (0, 1, 3):
+            check(kernel, M, N, K, gen, splits=splits)
+    check(kernel, 40, 200, 1024, gen, pad=vec)
+
+
+def test_skinny_kernels_refuse_what_they_cannot_read(gen):
+    """Rows not a multiple of 16 bytes: unsupported (-2 when picking, -3 when named);
+    a misaligned pointer: rejected at run time (-3), nothing written."""
+    if not skinny_kernels():
+        pytest.skip("no skinny kernel in this build")
+    d = td.Dispatcher("gemm", GPU)
+    kernel = skinny_kernels()[0]
+    vec = 16 // kernel.dtype.nbytes
+    problem = td.GemmProblem(16, 256, 64 * vec + 1, kernel.dtype, "rcr")
+    assert d.is_supported(problem, kernel.name) is False
+    with pytest.raises(td.KernelRejectedError) as info:
+        d.run(problem, 0, 0, 0, kernel=kernel.name)
+    assert info.value.status == -3 and "multiple of 16 bytes" in info.value.message
+    M, N, K = 16, 256, 64 * vec
+    a, b = operands(kernel, M, N, K + vec, gen)
+    c = torch.zeros((M, N), device="cuda", dtype=tdtype(kernel.dtype.out))
+    shifted = td.GemmProblem(M, N, K, kernel.dtype, "rcr", K + vec, K + vec, N)
+    with pytest.raises(td.KernelRejectedError) as info:
+        d.run(shifted, a.data_ptr() + 2, b.data_ptr(), c.data_ptr(), kernel=kernel.name)
+    assert info.value.status == -3 and "16-byte aligned" in info.value.message
+    torch.cuda.synchronize()
+    assert int(c.count_nonzero()) == 0
+
+
 def test_misaligned_problems_are_served_or_refused_never_wrong(gen):
     d = td.Dispatcher("gemm", GPU)
     for dtype in (DType.BF16, DType.FP16):

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuda/launch.cuh"
 #include "dispatcher.hpp"
 #include "tiledispatch/conv_geometry.hpp"
 #include "tiledispatch/device.hpp"
@@ -595,44 +596,6 @@ __global__ void conv_bwd_weight_dw_window(DeviceGeometry g, const T* __restrict_
         }
 }
 
-// Programmatic dependent launch (sm_90): a kernel launched by pdl_launch may start while
-// the kernel before it in the stream still runs (its blocks are placed and run their
-// prologue instead of waiting for that kernel's end and a launch gap); it calls pdl_wait()
-// before it reads what that kernel writes. Everything earlier in the stream is complete
-// by then (that kernel itself started after it). pdl_trigger() in the earlier kernel lets
-// the dependent one be placed as soon as every block of it has started. Both are no-ops
-// in a kernel launched the usual way. TILEDISPATCH_NO_PDL=1 launches the usual way.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-inline bool pdl_wanted() {
-    static const bool off = std::getenv("TILEDISPATCH_NO_PDL") != nullptr;
-    return !off;
-}
-
-template <class... Params, class... Args>
-void pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl_wanted() ? 1 : 0;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);  // an error: launch_status reports it
-}
-
 // dw[e] = sum over rows of partial[row][e]. Block (32 elements, 8 row lanes); each lane
 // adds every 8th row, then lane 0 adds the 8 lanes in order (deterministic). Waits for the
 // kernel that wrote the rows where it was launched by pdl_launch.
@@ -673,13 +636,6 @@ __global__ void conv_bwd_weight_reduce_rows(const float* __restrict__ partial, T
     dw[e + 1] = from_float<T>(s.y);
     dw[e + 2] = from_float<T>(s.z);
     dw[e + 3] = from_float<T>(s.w);
-}
-
-// TD_OK, or TD_ERROR naming the launch error of the kernels just launched.
-inline int launch_status() {
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
-    return TD_OK;
 }
 
 // ---------------------------------------------------------------- generic (any C, K)

@@ -1,0 +1,304 @@
+// cuda backend: our own GEMM for decode shapes (few rows of A, layout rcr):
+// C = alpha A B^T with A M x K row-major, B N x K row-major (K-contiguous rows, "column-major
+// K x N") and C M x N row-major.
+//
+// With M small the time is B's bytes: 16 x 6144 x 4096 bf16 reads 50 MB, 12 us at the
+// H200's copy bandwidth, where cuBLAS takes 23 us and CUTLASS's smallest tiles as long. So
+// no shared memory, no TMA pipeline: every lane streams 16-byte vectors of B's rows
+// straight into the registers an mma.sync takes as its A operand (B's rows are the MMA's
+// M), and A's rows as its B operand (the MMA's N).
+//
+// The vectors fit the fragments because the sum over k may run in any order, provided both
+// operands use the same one: for m16n8k16, lane (g = lane / 4, c = lane % 4) holds rows g
+// and g + 8 at logical k {2c, 2c+1, 2c+8, 2c+9}; a 16-byte vector of 8 consecutive k at
+// c * 8 gives those four (elements 0-3) and the next MMA's (4-7). fp8 (m16n8k32) is the
+// same with 4-byte groups. One warp step: 4 lanes x 16 bytes = 64 bytes of each row.
+//
+// A block holds NT = 16 R rows of B and MT rows of A; its W warps interleave the warp steps
+// over its k range (a block step reads W x 64 contiguous bytes of each row) and add their
+// accumulators through shared memory at the end. Split-K over gridDim.z for problems with
+// few blocks: fp32 partials, added in a fixed order by a second kernel (deterministic).
+// fp8: each MMA starts from zero and is added to fp32 accumulators by the CUDA cores (the
+// tensor core's own fp8 accumulation is short; this kernel has the issue slots to spare).
+//
+// Knobs fixed at compile time (the variant's tile MT x NT x KT, KT = W x the warp step's k):
+// element type, MT (rows of A a block, a multiple of 8), NT (rows of B, 16 or 32), W.
+// Run time: the split count (TdGemmProblem.splits; 0 = chosen here).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/launch.cuh"
+#include "dispatcher.hpp"
+#include "tiledispatch/device.hpp"
+#include "tiledispatch/kernel.hpp"
+
+namespace td::cuda {
+
+template <int DType> struct SkinnyType;
+template <> struct SkinnyType<TD_FP16> { using Out = __half; static constexpr int bytes = 2; };
+template <> struct SkinnyType<TD_BF16> { using Out = __nv_bfloat16; static constexpr int bytes = 2; };
+template <> struct SkinnyType<TD_FP8_E4M3> { using Out = __nv_bfloat16; static constexpr int bytes = 1; };
+template <> struct SkinnyType<TD_FP8_E5M2> { using Out = __nv_bfloat16; static constexpr int bytes = 1; };
+
+__device__ __forceinline__ void skinny_store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void skinny_store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// d += A B on one tensor-core MMA: m16n8k16 for 16-bit inputs, m16n8k32 for fp8 (there from
+// zero, then added in fp32).
+template <int DType>
+__device__ __forceinline__ void skinny_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (DType == TD_BF16 || DType == TD_FP16) {
+        if constexpr (DType == TD_BF16)
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                "{%0,%1,%2,%3};\n"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        else
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                "{%0,%1,%2,%3};\n"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        float t[4];
+        if constexpr (DType == TD_FP8_E4M3)
+            asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                "{%10,%10,%10,%10};\n"
+                : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+        else
+            asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                "{%10,%10,%10,%10};\n"
+                : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+        d[0] += t[0], d[1] += t[1], d[2] += t[2], d[3] += t[3];
+    }
+#endif
+}
+
+// B is read once: no L1 allocation, 256-byte L2 fetches (a warp step reads 64 bytes of a
+// row, the block step the next W x 64).
+__device__ __forceinline__ uint4 skinny_stream(const char* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+struct SkinnyArgs {
+    const char* a;
+    const char* b;
+    void* c;
+    float* partial;  // split-K: [split][M][N]
+    int M, N, K;
+    int64_t lda, ldb, ldc;  // elements
+    float alpha;
+    int k_split;  // k of one split: a multiple of the block step
+};
+
+template <int DType, int MT, int R, int W>
+__global__ void __launch_bounds__(W * 32) gemm_skinny(SkinnyArgs p) {
+    using Out = typename SkinnyType<DType>::Out;
+    constexpr int EB = SkinnyType<DType>::bytes;
+    constexpr int E = 16 / EB;   // elements of a 16-byte vector
+    constexpr int KW = 4 * E;    // k of one warp step
+    constexpr int J = MT / 8;    // n8 MMA tiles over A's rows
+    constexpr int LOADS = 2 * R + J;
+    constexpr int U = LOADS <= 4 ? 4 : LOADS <= 8 ? 2 : 1;  // warp steps whose loads are in flight at once
+    constexpr int ACC = R * J * 4;
+    __shared__ float red[W][ACC][32];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int n0 = blockIdx.x * 16 * R, m0 = blockIdx.y * MT;
+    const int kbeg = blockIdx.z * p.k_split;
+    const int kend = min(p.K, kbeg + p.k_split);
+    pdl_trigger();  // the split-K reduction may be placed while this runs
+
+    const char* brow[R][2];
+    bool bok[R][2];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 16 * r + 8 * h + g;
+            bok[r][h] = n < p.N;
+            brow[r][h] = p.b + (int64_t)(bok[r][h] ? n : 0) * p.ldb * EB + c * 16;
+        }
+    const char* arow[J];
+    bool aok[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int m = m0 + 8 * j + g;
+        aok[j] = m < p.M;
+        arow[j] = p.a + (int64_t)(aok[j] ? m : 0) * p.lda * EB + c * 16;
+    }
+
+    float acc[R][J][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < J; ++j) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
+
+    constexpr int kstep = W * KW;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    // kw is the warp's step start (the same in every lane: the MMAs need the whole warp);
+    // a lane's vector starts c * E further and lies inside [kbeg, kend) when it starts there.
+    for (int kw = kbeg + warp * KW; kw < kend; kw += U * kstep) {
+        uint4 bv[U][R][2], av[U][J];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int kk = kw + u * kstep;
+            const bool in = kk + c * E < kend;
+            const int64_t off = (int64_t)kk * EB;
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) bv[u][r][h] = in && bok[r][h] ? skinny_stream(brow[r][h] + off) : zero;
+#pragma unroll
+            for (int j = 0; j < J; ++j)
+                av[u][j] = in && aok[j] ? __ldg(reinterpret_cast<const uint4*>(arow[j] + off)) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    const uint4 lo = bv[u][r][0], hi = bv[u][r][1], x = av[u][j];
+                    skinny_mma<DType>(acc[r][j], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+                    skinny_mma<DType>(acc[r][j], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+                }
+    }
+
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) red[warp][(r * J + j) * 4 + e][lane] = acc[r][j][e];
+    __syncthreads();
+    // accumulator i = (r, j, e) of lane (g, c): C[m0 + 8j + 2c + e % 2][n0 + 16r + g + 8 (e / 2)]
+    for (int idx = threadIdx.x; idx < ACC * 32; idx += W * 32) {
+        const int i = idx >> 5, l = idx & 31;
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) sum += red[w][i][l];
+        const int r = i / (J * 4), j = (i >> 2) % J, e = i & 3;
+        const int n = n0 + 16 * r + (l >> 2) + 8 * (e >> 1), m = m0 + 8 * j + 2 * (l & 3) + (e & 1);
+        if (n >= p.N || m >= p.M) continue;
+        if (gridDim.z == 1)
+            skinny_store(static_cast<Out*>(p.c) + (int64_t)m * p.ldc + n, p.alpha * sum);
+        else
+            p.partial[((int64_t)blockIdx.z * p.M + m) * p.N + n] = sum;
+    }
+}
+
+// C = alpha * (sum of the splits' partials, in split order).
+template <class Out>
+__global__ void gemm_skinny_reduce(const float* __restrict__ partial, Out* __restrict__ c, int M, int N, int64_t ldc,
+                                   int splits, float alpha) {
+    pdl_wait();
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t elems = (int64_t)M * N;
+    if (e >= elems) return;
+    float sum = 0.f;
+    for (int z = 0; z < splits; ++z) sum += partial[z * elems + e];
+    skinny_store(c + (e / N) * ldc + e % N, alpha * sum);
+}
+
+template <int DType, int MT, int NT, int KT>
+struct SkinnyGemm {
+    using Out = typename SkinnyType<DType>::Out;
+    static constexpr int kBytes = SkinnyType<DType>::bytes;
+    static constexpr int kVec = 16 / kBytes;
+    static constexpr int kWarpK = 4 * kVec;
+    static constexpr int R = NT / 16, W = KT / kWarpK;
+    static constexpr int kMaxSplits = 16;
+    static_assert(MT % 8 == 0 && NT % 16 == 0 && KT % kWarpK == 0 && W >= 1 && W <= 16, "skinny tile");
+    static_assert(R * (MT / 8) <= 8, "skinny: at most 32 accumulators a thread");
+
+    static int64_t lda(const TdGemmProblem& p) { return p.lda ? p.lda : p.K; }
+    static int64_t ldb(const TdGemmProblem& p) { return p.ldb ? p.ldb : p.K; }
+    static int64_t ldc(const TdGemmProblem& p) { return p.ldc ? p.ldc : p.N; }
+
+    static int supports(const TdGemmProblem& p, std::string* why) {
+        if (p.dtype != DType) { *why = "dtype differs"; return TD_UNSUPPORTED; }
+        if (p.layout != TD_RCR) { *why = "layout differs"; return TD_UNSUPPORTED; }
+        if (p.M > INT32_MAX || p.N > INT32_MAX || p.K > INT32_MAX) { *why = "a size exceeds 2^31"; return TD_UNSUPPORTED; }
+        if ((p.M + MT - 1) / MT > 65535) { *why = "more than 65535 row blocks of A"; return TD_UNSUPPORTED; }
+        if (p.K % kVec || lda(p) % kVec || ldb(p) % kVec) {
+            *why = "K and the leading dimensions of A and B must be multiples of 16 bytes (16-byte vector loads); "
+                   "a pad variant takes it";
+            return TD_UNSUPPORTED;
+        }
+        if (ldc(p) < p.N || lda(p) < p.K || ldb(p) < p.K) { *why = "a leading dimension is below its row"; return TD_UNSUPPORTED; }
+        if (p.splits < 0 || p.splits > kMaxSplits) {
+            *why = "splits must be 0 (chosen by the kernel) to " + std::to_string(kMaxSplits);
+            return TD_UNSUPPORTED;
+        }
+        return TD_OK;
+    }
+
+    // The split count: the caller's, or enough blocks for two a SM while a split keeps at
+    // least 8 block steps; at most one split per block step.
+    static int splits(const TdGemmProblem& p) {
+        const int64_t steps = std::max<int64_t>(1, (p.K + KT - 1) / KT);
+        int s = p.splits;
+        if (s <= 0) {
+            const int64_t blocks = ((p.N + NT - 1) / NT) * ((p.M + MT - 1) / MT);
+            const int64_t want = 2 * (int64_t)device::multiprocessors();
+            s = 1;
+            while (s * 2 <= kMaxSplits && blocks * s < want && steps / (s * 2) >= 8) s *= 2;
+        }
+        s = (int)std::min<int64_t>(s, steps);
+        const int64_t per = (steps + s - 1) / s;  // block steps a split
+        return (int)((steps + per - 1) / per);    // no empty split
+    }
+
+    static size_t workspace_size(const TdGemmProblem& p) {
+        const int s = splits(p);
+        return s > 1 ? (size_t)s * p.M * p.N * sizeof(float) : 0;
+    }
+
+    static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
+                   void* stream_ptr) {
+        const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u)
+            return fail(TD_REJECTED, "A and B must be 16-byte aligned (16-byte vector loads)");
+        if (reinterpret_cast<uintptr_t>(c) % sizeof(Out)) return fail(TD_REJECTED, "C is not aligned to its element");
+        if (p.M == 0 || p.N == 0) return TD_OK;
+        const int s = splits(p);
+        const int64_t steps = std::max<int64_t>(1, (p.K + KT - 1) / KT);
+        SkinnyArgs args{static_cast<const char*>(a), static_cast<const char*>(b), c, nullptr, (int)p.M, (int)p.N,
+                        (int)p.K, lda(p), ldb(p), ldc(p), p.alpha, (int)(((steps + s - 1) / s) * KT)};
+        if (s > 1) {
+            void* scratch = nullptr;
+            if (int st = take_workspace(workspace_size(p), ws, ws_bytes, stream_ptr, &scratch)) return st;
+            args.partial = static_cast<float*>(scratch);
+        }
+        const dim3 grid((unsigned)((p.N + NT - 1) / NT), (unsigned)((p.M + MT - 1) / MT), (unsigned)s);
+        gemm_skinny<DType, MT, R, W><<<grid, W * 32, 0, stream>>>(args);
+        if (s > 1) {
+            const int64_t elems = p.M * p.N;
+            pdl_launch(gemm_skinny_reduce<Out>, dim3((unsigned)((elems + 255) / 256)), dim3(256), 0, stream,
+                       args.partial, static_cast<Out*>(c), (int)p.M, (int)p.N, ldc(p), s, p.alpha);
+        }
+        return launch_status();
+    }
+
+    // schedule 2: our skinny kernel (the cost model's bandwidth branch); cluster 1 x 1.
+    static constexpr GemmKernel entry(const char* name) {
+        return GemmKernel{{name, DType, TD_RCR, 0, -1, MT, NT, KT, 1, 1, 2, 0, 0}, &supports, &workspace_size, &run};
+    }
+};
+
+}  // namespace td::cuda
