@@ -58,24 +58,24 @@ __device__ __forceinline__ void skinny_mma(float (&d)[4], uint32_t a0, uint32_t 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (DType == TD_BF16 || DType == TD_FP16) {
         if constexpr (DType == TD_BF16)
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                 "{%0,%1,%2,%3};\n"
                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
         else
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                 "{%0,%1,%2,%3};\n"
                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
     } else {
         float t[4];
         if constexpr (DType == TD_FP8_E4M3)
-            asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                 "{%10,%10,%10,%10};\n"
                 : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
         else
-            asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                 "{%10,%10,%10,%10};\n"
                 : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
@@ -85,12 +85,25 @@ __device__ __forceinline__ void skinny_mma(float (&d)[4], uint32_t a0, uint32_t 
 }
 
 // B is read once: no L1 allocation, 256-byte L2 fetches (a warp step reads 64 bytes of a
-// row, the block step the next W x 64).
-__device__ __forceinline__ uint4 skinny_stream(const char* p) {
+// row, the block step the next W x 64). Zero where `ok` is false (no load issued).
+__device__ __forceinline__ uint4 skinny_stream(const char* p, bool ok) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
+        " mov.b32 %3, 0;\n @q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+        : "l"(p), "r"((int)ok));
+    return v;
+}
+
+// A's rows are read by every block: through L1.
+__device__ __forceinline__ uint4 skinny_load(const char* p, bool ok) {
+    uint4 v;
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
+        " mov.b32 %3, 0;\n @q ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)ok));
     return v;
 }
 
@@ -113,7 +126,7 @@ __global__ void __launch_bounds__(W * 32) gemm_skinny(SkinnyArgs p) {
     constexpr int KW = 4 * E;    // k of one warp step
     constexpr int J = MT / 8;    // n8 MMA tiles over A's rows
     constexpr int LOADS = 2 * R + J;
-    constexpr int U = LOADS <= 4 ? 4 : LOADS <= 8 ? 2 : 1;  // warp steps whose loads are in flight at once
+    constexpr int D = LOADS <= 4 ? 4 : LOADS <= 6 ? 3 : 2;  // warp steps in flight
     constexpr int ACC = R * J * 4;
     __shared__ float red[W][ACC][32];
 
@@ -148,27 +161,32 @@ __global__ void __launch_bounds__(W * 32) gemm_skinny(SkinnyArgs p) {
 #pragma unroll
         for (int j = 0; j < J; ++j) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
 
+    // A register pipeline D warp steps deep: step t + D - 1's loads are issued before step
+    // t's MMAs, every load and MMA an asm volatile so that the compiler keeps that order
+    // (left to itself it issued one step ahead: too few bytes in flight for the bandwidth).
+    // kw is the warp's step start, the same in every lane (the MMAs need the whole warp); a
+    // lane's vector starts c * E further and lies inside [kbeg, kend) when it starts there.
     constexpr int kstep = W * KW;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    // kw is the warp's step start (the same in every lane: the MMAs need the whole warp);
-    // a lane's vector starts c * E further and lies inside [kbeg, kend) when it starts there.
-    for (int kw = kbeg + warp * KW; kw < kend; kw += U * kstep) {
-        uint4 bv[U][R][2], av[U][J];
+    const int kw0 = kbeg + warp * KW;
+    const int steps = kw0 < kend ? (kend - kw0 + kstep - 1) / kstep : 0;
+    uint4 bv[D][R][2], av[D][J];
+    auto load = [&](uint4 (&bs)[R][2], uint4 (&as)[J], int step) {
+        const int kk = kw0 + step * kstep;
+        const bool in = kk + c * E < kend;
+        const int64_t off = (int64_t)kk * EB;
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int kk = kw + u * kstep;
-            const bool in = kk + c * E < kend;
-            const int64_t off = (int64_t)kk * EB;
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int r = 0; r < R; ++r)
+            for (int h = 0; h < 2; ++h) bs[r][h] = skinny_stream(brow[r][h] + off, in && bok[r][h]);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) bv[u][r][h] = in && bok[r][h] ? skinny_stream(brow[r][h] + off) : zero;
+        for (int j = 0; j < J; ++j) as[j] = skinny_load(arow[j] + off, in && aok[j]);
+    };
 #pragma unroll
-            for (int j = 0; j < J; ++j)
-                av[u][j] = in && aok[j] ? __ldg(reinterpret_cast<const uint4*>(arow[j] + off)) : zero;
-        }
+    for (int u = 0; u < D - 1; ++u) load(bv[u], av[u], u);
+    for (int t = 0; t < steps; t += D) {
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+        for (int u = 0; u < D; ++u) {
+            load(bv[(u + D - 1) % D], av[(u + D - 1) % D], t + u + D - 1);
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -177,6 +195,7 @@ __global__ void __launch_bounds__(W * 32) gemm_skinny(SkinnyArgs p) {
                     skinny_mma<DType>(acc[r][j], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
                     skinny_mma<DType>(acc[r][j], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
                 }
+        }
     }
 
 #pragma unroll
@@ -236,7 +255,7 @@ struct SkinnyGemm {
         if (p.M > INT32_MAX || p.N > INT32_MAX || p.K > INT32_MAX) { *why = "a size exceeds 2^31"; return TD_UNSUPPORTED; }
         if ((p.M + MT - 1) / MT > 65535) { *why = "more than 65535 row blocks of A"; return TD_UNSUPPORTED; }
         if (p.K % kVec || lda(p) % kVec || ldb(p) % kVec) {
-            *why = "K and the leading dimensions of A and B must be multiples of 16 bytes (16-byte vector loads); "
+            *why = "K and the leading dimensions of A and B must each be a multiple of 16 bytes (16-byte vector loads); "
                    "a pad variant takes it";
             return TD_UNSUPPORTED;
         }
