@@ -615,8 +615,8 @@ class CudaKnobs:
     @staticmethod
     def _skinny_problems(dtype, layout, variant, tile) -> list[str]:
         """Our decode-shape GEMM (bindings/cuda/gemm_skinny.cuh): tile = (rows of A a block,
-        rows of B a block, k a TMA stage). Its 4 warps are NT / 16 row groups x the k groups
-        that share a stage's 128-byte boxes."""
+        rows of B a block, k of one block step = warps x the warp step's 32 (16-bit) or 64
+        (fp8) elements)."""
         out = []
         tm, tn, tk = tile
         if dtype not in (DType.FP16, DType.BF16, DType.FP8_E4M3, DType.FP8_E5M2):
@@ -625,14 +625,11 @@ class CudaKnobs:
             out.append("the skinny GEMM reads K-contiguous rows of A and B: layout rcr only")
         if variant is not GemmVariant.STANDARD:
             out.append("the skinny GEMM has its own split-K (run time): variant standard")
-        row_bytes = tk * dtype.nbytes
-        if tm not in (8, 16, 32, 64) or tn not in (16, 32, 64):
-            out.append(f"skinny tile must be [8|16|32|64 rows of A, 16|32|64 rows of B, k], not {list(tile)}")
-        elif row_bytes % 128 or not 1 <= row_bytes // 128 <= 16 or (row_bytes // 128) % (64 // tn):
-            out.append(f"skinny tile K {tk}: a stage of 128-byte boxes (1 to 16), a multiple of {64 // tn} "
-                       f"(the k groups of tile N {tn}), not {row_bytes} bytes a row")
-        elif 2 * (tm + tn) * row_bytes > 200 * 1024:
-            out.append(f"skinny tile {list(tile)} leaves fewer than 2 stages in shared memory")
+        warp_k = 64 if dtype.nbytes == 1 else 32
+        if tm not in (8, 16, 32, 64) or tn not in (16, 32) or tk % warp_k or tk // warp_k not in (1, 2, 4, 8, 16):
+            out.append(f"skinny tile must be [8|16|32|64, 16|32, {warp_k} x 1|2|4|8|16 warps], not {list(tile)}")
+        elif (tn // 16) * (tm // 8) > 8:
+            out.append(f"skinny tile {tm}x{tn} holds more than 32 accumulators a thread")
         return out
 
     def _gemm_problems(self, dtype, layout, variant, tile, check_algorithm=True) -> list[str]:

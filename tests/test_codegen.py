@@ -99,7 +99,7 @@ def test_filter_globs_select_by_name():
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     every = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
     configs = [c for c in every if c.op == "gemm"]
-    assert len(configs) == 48  # 19 bf16 rcr (bench/RESULTS.md), their 19 fp16 twins, 10 others
+    assert len(configs) == 52  # 20 bf16 rcr (bench/RESULTS.md), their 20 fp16 twins, 12 others
     bf16 = {c.name for c in configs if c.dtype is DType.BF16 and c.layout is Layout.RCR}
     fp16 = {c.name for c in configs if c.dtype is DType.FP16}
     assert {n.replace("_bf16_", "_fp16_") for n in bf16} == fp16  # the bf16 table serves fp16
@@ -110,6 +110,9 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
         (GemmVariant.STREAM_K, Reduction.DETERMINISTIC)}
     assert {c.knobs.schedule for c in configs} == {"cooperative", "pingpong"}
     assert any(c.knobs.pad for c in configs)
+    assert {c.name for c in configs if c.knobs.algorithm == "skinny"} == {
+        "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a", "gemm_fp16_rcr_standard_16x16x128_skinny_sm90a",
+        "gemm_fp8e4m3_rcr_standard_16x16x256_skinny_sm90a", "gemm_fp8e5m2_rcr_standard_16x16x256_skinny_sm90a"}
     for c in every:
         assert config_from_name(c.name) == c
         assert c.name.endswith("_sm90a")
@@ -446,7 +449,7 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1]
-    assert len(fp8) == 7 and all(c.knobs.promote == 1 for c in fp8)
+    assert len(fp8) == 9 and all(c.knobs.promote == 1 for c in fp8)  # 7 CUTLASS, 2 skinny
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
 
 
@@ -471,3 +474,24 @@ def test_bad_fp8_promote_names_file_and_line(text, message):
     with pytest.raises(ManifestError) as info:
         expand(parse(text), ["sm_90a"])
     assert str(info.value).startswith("kernels.yaml:7: ") and message in str(info.value), str(info.value)
+
+
+def test_skinny_gemm_names_and_rules():
+    """algorithm skinny (our decode GEMM): rcr, 16-bit or OCP fp8, tile [8|16|32|64, 16|32,
+    warps x 32 (16-bit) or 64 (fp8) k]; its knobs are the tile alone."""
+    from codegen.model import CudaKnobs
+    ok = GemmKernelConfig("bf16", "rcr", tile=(16, 16, 128), knobs=CudaKnobs(algorithm="skinny"), target="sm_90a")
+    assert ok.name == "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a" and config_from_name(ok.name) == ok
+    assert "cuda::SkinnyGemm<2, 16, 16, 128>" in emit_source(ok)
+
+    def problems(dtype, layout, tile):
+        return ok.knobs.problems("gemm", DType.parse(dtype), Layout.parse(layout), GemmVariant.STANDARD, tile,
+                                 "sm_90a")
+    assert problems("bf16", "rcr", (16, 16, 128)) == [] and problems("fp8_e4m3", "rcr", (16, 16, 256)) == []
+    assert "layout rcr only" in problems("bf16", "rrr", (16, 16, 128))[0]
+    assert "fp32" in problems("fp32", "rcr", (16, 16, 128))[0]
+    assert "skinny tile must be" in problems("bf16", "rcr", (16, 16, 100))[0]
+    assert "skinny tile must be" in problems("fp8_e4m3", "rcr", (16, 16, 96))[0]  # fp8: 64 k a warp step
+    assert "32 accumulators" in problems("bf16", "rcr", (64, 32, 128))[0]
+    with pytest.raises(ValueError, match="takes no cluster"):
+        CudaKnobs.from_yaml({"algorithm": "skinny", "cluster": [1, 1]})

@@ -204,6 +204,32 @@ def test_the_calibrated_pick_scales_the_cost_model_by_the_nearest_measurements(t
     assert d.cost(td.GemmProblem(8, 8, 8, "bf16"), runner_up) is None  # an fp32 kernel rejects bf16
 
 
+def test_a_table_does_not_speak_for_a_kernel_family_it_never_measured(tmp_path, monkeypatch):
+    """A table of CUTLASS kernels keeps its pick among them; a kernel of a family no entry
+    lists (the skinny decode GEMM) takes the problem where the cost model predicts it
+    faster than the table's choice. fp16 through the bf16 entries alike."""
+    from tiledispatch.tile_engine import tuning
+    cut1 = "gemm_bf16_rcr_standard_64x128x64_c1x1_pp_sm90a"
+    cut2 = "gemm_bf16_rcr_standard_128x256x64_c2x1_coop_sm90a"
+    skinny = "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a"
+    table = {"schema_version": 1, "target": "sm_90a", "entries": [
+        {"problem": {"op": "gemm", "M": 16, "N": 6144, "K": 4096, "dtype": "bf16", "layout": "rcr"},
+         "kernels": [cut2, cut1], "latency_ms": [0.02, 0.03]}]}
+    path = tmp_path / "families.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+
+    def pick(problem, costs):
+        return tuning.pick("sm_90a", problem, set(costs), lambda name: True, lambda q, name: costs[name])
+    q = td.GemmProblem(16, 6144, 4096, "bf16")
+    assert pick(q, {cut1: 10.0, cut2: 20.0}) == cut2                # measured: the table's best
+    assert pick(q, {cut1: 10.0, cut2: 20.0, skinny: 15.0}) == skinny  # modelled faster than cut2
+    assert pick(q, {cut1: 10.0, cut2: 20.0, skinny: 25.0}) == cut2
+    twin = {n.replace("_bf16_", "_fp16_"): c for n, c in {cut1: 10.0, cut2: 20.0, skinny: 15.0}.items()}
+    assert pick(td.GemmProblem(16, 6144, 4096, "fp16"), twin) == skinny.replace("_bf16_", "_fp16_")
+
+
 @pytest.mark.parametrize("op, problem", [
     ("gemm", td.GemmProblem(300, 200, 100)),
     ("conv", td.ConvProblem(2, 2, 4, 4, (9, 9), (3, 3), 1, 1, 1, "bwd_data")),

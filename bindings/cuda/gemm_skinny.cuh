@@ -3,31 +3,27 @@
 // K x N") and C M x N row-major.
 //
 // With M small the time is B's bytes: 16 x 6144 x 4096 bf16 reads 50 MB, 12 us at the
-// H200's copy bandwidth, where cuBLAS takes 22 us and CUTLASS's smallest tiles as long. What
-// it takes is bytes in flight (about 32 KB a SM at the copy bandwidth's latency), so:
-// - a block holds NT = 16 WR rows of B and MT rows of A; one thread keeps S stages of KT
-//   k in flight by TMA (boxes of 128 bytes a row, 128-byte swizzle), the other threads
-//   only compute: the bytes in flight cost no registers;
-// - its 4 warps are WR row groups x WK k groups (the boxes of a stage taken in turn); each
-//   streams 16-byte pieces of its B rows from shared memory straight into the registers
-//   an mma.sync takes as its A operand (B's rows are the MMA's M) and A's rows as its B
-//   operand (the MMA's N);
-// - the WK groups add their accumulators through shared memory at the end; split-K over
-//   gridDim.z for problems with few blocks: fp32 partials, added in a fixed order by a
-//   second kernel (deterministic).
+// H200's copy bandwidth, where cuBLAS takes 23 us and CUTLASS's smallest tiles as long. So
+// no shared memory, no TMA pipeline: every lane streams 16-byte vectors of B's rows
+// straight into the registers an mma.sync takes as its A operand (B's rows are the MMA's
+// M), and A's rows as its B operand (the MMA's N).
 //
-// The 16-byte pieces fit the fragments because the sum over k may run in any order,
-// provided both operands use the same one: for m16n8k16, lane (g = lane / 4, c = lane % 4)
-// holds rows g and g + 8 at logical k {2c, 2c+1, 2c+8, 2c+9}; 8 consecutive k at c * 8 give
-// those four (elements 0-3) and the next MMA's (4-7). fp8 (m16n8k32) is the same with 4-byte
-// groups. One warp step: 4 lanes x 16 bytes = 64 bytes of each row; the 128-byte swizzle
-// puts the 8 rows g of a step on 8 different bank groups.
-// fp8: each MMA starts from zero and is added to fp32 accumulators by the CUDA cores (the
-// tensor core's own fp8 accumulation is short; this kernel has the issue slots to spare).
+// The vectors fit the fragments because the sum over k may run in any order, provided both
+// operands use the same one: for m16n8k16, lane (g = lane / 4, c = lane % 4) holds rows g
+// and g + 8 at logical k {2c, 2c+1, 2c+8, 2c+9}; a 16-byte vector of 8 consecutive k at
+// c * 8 gives those four (elements 0-3) and the next MMA's (4-7). fp8 (m16n8k32) is the
+// same with 4-byte groups. One warp step: 4 lanes x 16 bytes = 64 bytes of each row.
 //
-// Knobs fixed at compile time (the variant's tile MT x NT x KT): element type, MT (rows of
-// A a block: 8, 16, 32, 64), NT (rows of B: 16, 32, 64), KT (k a stage: 256 bytes of a row
-// or more). Run time: the split count (TdGemmProblem.splits; 0 = chosen here).
+// A block holds NT = 16 R rows of B and MT rows of A; its W warps interleave the warp steps
+// over its k range (a block step reads W x 64 contiguous bytes of each row) and add their
+// accumulators through shared memory at the end. Split-K over gridDim.z for problems with
+// few blocks: fp32 partials, added in a fixed order by a second kernel (deterministic).
+// fp8: each pair of MMAs (64 k) starts from zero and is added to fp32 accumulators by the CUDA
+// cores (the tensor core's own fp8 accumulation is short; this kernel has issue slots to spare).
+//
+// Knobs fixed at compile time (the variant's tile MT x NT x KT, KT = W x the warp step's k):
+// element type, MT (rows of A a block, a multiple of 8), NT (rows of B, 16 or 32), W.
+// Run time: the split count (TdGemmProblem.splits; 0 = chosen here).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,7 +35,6 @@
 #include <string>
 
 #include "cuda/launch.cuh"
-#include "cuda/tma.cuh"
 #include "dispatcher.hpp"
 #include "tiledispatch/device.hpp"
 #include "tiledispatch/kernel.hpp"
@@ -55,143 +50,167 @@ template <> struct SkinnyType<TD_FP8_E5M2> { using Out = __nv_bfloat16; static c
 __device__ __forceinline__ void skinny_store(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void skinny_store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
-// d += A B on one tensor-core MMA: m16n8k16 for 16-bit inputs, m16n8k32 for fp8 (there from
-// zero, then added in fp32).
+// d += A B on one tensor-core MMA: m16n8k16 for 16-bit inputs, m16n8k32 for fp8.
 template <int DType>
 __device__ __forceinline__ void skinny_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                            uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (DType == TD_BF16 || DType == TD_FP16) {
-        if constexpr (DType == TD_BF16)
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                "{%0,%1,%2,%3};\n"
-                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-        else
-            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                "{%0,%1,%2,%3};\n"
-                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    } else {
-        float t[4];
-        if constexpr (DType == TD_FP8_E4M3)
-            asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                "{%10,%10,%10,%10};\n"
-                : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
-                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
-        else
-            asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                "{%10,%10,%10,%10};\n"
-                : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
-                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
-        d[0] += t[0], d[1] += t[1], d[2] += t[2], d[3] += t[3];
-    }
+#define TD_SKINNY_MMA(SHAPE, TYPES)                                                                              \
+    asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." TYPES ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
+                 "{%0,%1,%2,%3};\n"                                                                              \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+    if constexpr (DType == TD_BF16) TD_SKINNY_MMA("m16n8k16", "bf16.bf16");
+    if constexpr (DType == TD_FP16) TD_SKINNY_MMA("m16n8k16", "f16.f16");
+    if constexpr (DType == TD_FP8_E4M3) TD_SKINNY_MMA("m16n8k32", "e4m3.e4m3");
+    if constexpr (DType == TD_FP8_E5M2) TD_SKINNY_MMA("m16n8k32", "e5m2.e5m2");
+#undef TD_SKINNY_MMA
 #endif
 }
 
+// d += the two MMAs of one 16-byte piece of B's rows g and g + 8 (lo, hi) and of A's row
+// (x). fp8: the pair's sum starts from zero and is added to d in fp32 (every 64 k, as
+// precise as CUTLASS's promotion every 4 MMAs of 32).
+template <int DType>
+__device__ __forceinline__ void skinny_mma_pair(float (&d)[4], const uint4& lo, const uint4& hi, const uint4& x) {
+    if constexpr (DType == TD_BF16 || DType == TD_FP16) {
+        skinny_mma<DType>(d, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+        skinny_mma<DType>(d, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+    } else {
+        float t[4] = {0.f, 0.f, 0.f, 0.f};
+        skinny_mma<DType>(t, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+        skinny_mma<DType>(t, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+        d[0] += t[0], d[1] += t[1], d[2] += t[2], d[3] += t[3];
+    }
+}
+
+// B is read once: no L1 allocation, 256-byte L2 fetches (a warp step reads 64 bytes of a
+// row, the block step the next W x 64). Zero where `ok` is false (no load issued).
+__device__ __forceinline__ uint4 skinny_stream(const char* p, bool ok) {
+    uint4 v;
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
+        " mov.b32 %3, 0;\n @q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)ok));
+    return v;
+}
+
+// A's rows are read by every block: through L1.
+__device__ __forceinline__ uint4 skinny_load(const char* p, bool ok) {
+    uint4 v;
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
+        " mov.b32 %3, 0;\n @q ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)ok));
+    return v;
+}
+
 struct SkinnyArgs {
+    const char* a;
+    const char* b;
     void* c;
     float* partial;  // split-K: [split][M][N]
     int M, N, K;
-    int64_t ldc;  // elements
+    int64_t lda, ldb, ldc;  // elements
     float alpha;
-    int k_split;  // k of one split: a multiple of KT
+    int k_split;  // k of one split: a multiple of the block step
 };
 
-// The tile's shapes: 4 warps, WR row groups of 16 B rows x WK k groups; S stages of
-// (NT + MT) rows x KT elements in about 72 KB (three blocks a SM).
-template <int DType, int MT, int NT, int KT>
-struct SkinnyShape {
-    static constexpr int EB = SkinnyType<DType>::bytes;
-    static constexpr int WR = NT / 16, WK = 4 / WR, W = WR * WK;
-    static constexpr int NB = KT * EB / 128;  // 128-byte boxes a row and stage
-    static constexpr int stage_b = NT * KT * EB, stage_a = MT * KT * EB;
-    static constexpr int S = std::min(8, std::max(2, 72 * 1024 / (stage_b + stage_a)));
-    static constexpr int J = MT / 8;
-    static constexpr int bytes = S * (stage_b + stage_a) + 1024 /* alignment */ + 64 /* barriers */;
-    static_assert(NT % 16 == 0 && NT <= 64 && MT % 8 == 0 && MT <= 64 && (KT * EB) % 128 == 0 && NB >= WK,
-                  "skinny tile");
-};
-
-template <int DType, int MT, int NT, int KT>
-__global__ void __launch_bounds__(128) gemm_skinny(const __grid_constant__ CUtensorMap amap,
-                                                    const __grid_constant__ CUtensorMap bmap, SkinnyArgs p) {
-    using L = SkinnyShape<DType, MT, NT, KT>;
+template <int DType, int MT, int R, int W>
+// 16-bit: at most 128 registers (4 blocks of 4 warps a SM); fp8 168 (3 blocks; 128 spills)
+__global__ void __launch_bounds__(W * 32, SkinnyType<DType>::bytes == 2 ? 512 / (W * 32) : 384 / (W * 32)) gemm_skinny(SkinnyArgs p) {
     using Out = typename SkinnyType<DType>::Out;
-    constexpr int S = L::S, NB = L::NB, WR = L::WR, WK = L::WK, J = L::J;
-    extern __shared__ __align__(128) unsigned char raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-    unsigned char* bs = smem;                      // [S][NB][NT][128]
-    unsigned char* as = smem + S * L::stage_b;     // [S][NB][MT][128]
-    uint64_t* full = reinterpret_cast<uint64_t*>(as + S * L::stage_a);
-    __shared__ float red[WK][WR][J * 4][32];
+    constexpr int EB = SkinnyType<DType>::bytes;
+    constexpr int E = 16 / EB;   // elements of a 16-byte vector
+    constexpr int KW = 4 * E;    // k of one warp step
+    constexpr int J = MT / 8;    // n8 MMA tiles over A's rows
+    constexpr int LOADS = 2 * R + J;
+    constexpr int D = LOADS <= 4 ? 4 : LOADS <= 6 ? 3 : 2;  // warp steps in flight
+    constexpr int ACC = R * J * 4;
+    __shared__ float red[W][ACC][32];
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
-    const int wr = warp % WR, wk = warp / WR;
-    const int n0 = blockIdx.x * NT, m0 = blockIdx.y * MT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int n0 = blockIdx.x * 16 * R, m0 = blockIdx.y * MT;
     const int kbeg = blockIdx.z * p.k_split;
     const int kend = min(p.K, kbeg + p.k_split);
-    const int chunks = (kend - kbeg + KT - 1) / KT;
     pdl_trigger();  // the split-K reduction may be placed while this runs
 
-    auto issue = [&](int i) {  // chunk i into stage i % S (one thread)
-        const int s = i % S;
-        mbar_expect(&full[s], L::stage_b + L::stage_a);
-        const int x0 = (kbeg + i * KT) * L::EB / 2;  // in 2-byte elements
+    const char* brow[R][2];
+    bool bok[R][2];
 #pragma unroll
-        for (int bx = 0; bx < NB; ++bx) {
-            tma_load_2d(bs + s * L::stage_b + bx * NT * 128, &bmap, x0 + bx * 64, n0, &full[s]);
-            tma_load_2d(as + s * L::stage_a + bx * MT * 128, &amap, x0 + bx * 64, m0, &full[s]);
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 16 * r + 8 * h + g;
+            bok[r][h] = n < p.N;
+            brow[r][h] = p.b + (int64_t)(bok[r][h] ? n : 0) * p.ldb * EB + c * 16;
         }
-    };
-    if (tid == 0) {
-        for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
-        for (int i = 0; i < S && i < chunks; ++i) issue(i);
+    const char* arow[J];
+    bool aok[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int m = m0 + 8 * j + g;
+        aok[j] = m < p.M;
+        arow[j] = p.a + (int64_t)(aok[j] ? m : 0) * p.lda * EB + c * 16;
     }
-    __syncthreads();
 
-    float acc[J][4];
+    float acc[R][J][4];
 #pragma unroll
-    for (int j = 0; j < J; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    // lane (g, c) reads rows with row % 8 == g: the 16-byte piece q * 4 + c of a 128-byte
-    // box row sits at piece (q * 4 + c) ^ g (the 128-byte swizzle)
-    const int brow = (16 * wr + g) * 128;
-    for (int i = 0; i < chunks; ++i) {
-        const int s = i % S;
-        mbar_wait(&full[s], (unsigned)(i / S) & 1u);
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int bx = wk; bx < NB; bx += WK) {
-            const unsigned char* bbox = bs + s * L::stage_b + bx * NT * 128 + brow;
-            const unsigned char* abox = as + s * L::stage_a + bx * MT * 128 + g * 128;
+        for (int j = 0; j < J; ++j) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
+
+    // A register pipeline D warp steps deep: step t + D - 1's loads are issued before step
+    // t's MMAs, every load and MMA an asm volatile so that the compiler keeps that order
+    // (left to itself it issued one step ahead: too few bytes in flight for the bandwidth).
+    // kw is the warp's step start, the same in every lane (the MMAs need the whole warp); a
+    // lane's vector starts c * E further and lies inside [kbeg, kend) when it starts there.
+    constexpr int kstep = W * KW;
+    const int kw0 = kbeg + warp * KW;
+    const int steps = kw0 < kend ? (kend - kw0 + kstep - 1) / kstep : 0;
+    uint4 bv[D][R][2], av[D][J];
+    auto load = [&](uint4 (&bs)[R][2], uint4 (&as)[J], int step) {
+        const int kk = kw0 + step * kstep;
+        const bool in = kk + c * E < kend;
+        const int64_t off = (int64_t)kk * EB;
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int piece = ((q * 4 + c) ^ g) * 16;
-                const uint4 lo = *reinterpret_cast<const uint4*>(bbox + piece);
-                const uint4 hi = *reinterpret_cast<const uint4*>(bbox + 8 * 128 + piece);
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) bs[r][h] = skinny_stream(brow[r][h] + off, in && bok[r][h]);
+#pragma unroll
+        for (int j = 0; j < J; ++j) as[j] = skinny_load(arow[j] + off, in && aok[j]);
+    };
+#pragma unroll
+    for (int u = 0; u < D - 1; ++u) load(bv[u], av[u], u);
+    for (int t = 0; t < steps; t += D) {
+#pragma unroll
+        for (int u = 0; u < D; ++u) {
+            load(bv[(u + D - 1) % D], av[(u + D - 1) % D], t + u + D - 1);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
 #pragma unroll
                 for (int j = 0; j < J; ++j) {
-                    const uint4 x = *reinterpret_cast<const uint4*>(abox + j * 8 * 128 + piece);
-                    skinny_mma<DType>(acc[j], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
-                    skinny_mma<DType>(acc[j], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+                    skinny_mma_pair<DType>(acc[r][j], bv[u][r][0], bv[u][r][1], av[u][j]);
                 }
-            }
         }
-        __syncthreads();  // stage s read by every warp: it may be loaded again
-        if (tid == 0 && i + S < chunks) issue(i + S);
     }
 
 #pragma unroll
-    for (int j = 0; j < J; ++j)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) red[wk][wr][j * 4 + e][lane] = acc[j][e];
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) red[warp][(r * J + j) * 4 + e][lane] = acc[r][j][e];
     __syncthreads();
-    // accumulator (j, e) of lane (g, c) in row group r: C[m0 + 8j + 2c + e % 2][n0 + 16r + g + 8 (e / 2)]
-    for (int idx = tid; idx < WR * J * 4 * 32; idx += 128) {
-        const int l = idx & 31, i = (idx >> 5) % (J * 4), r = idx / (J * 4 * 32);
+    // accumulator i = (r, j, e) of lane (g, c): C[m0 + 8j + 2c + e % 2][n0 + 16r + g + 8 (e / 2)]
+    for (int idx = threadIdx.x; idx < ACC * 32; idx += W * 32) {
+        const int i = idx >> 5, l = idx & 31;
         float sum = 0.f;
 #pragma unroll
-        for (int w = 0; w < WK; ++w) sum += red[w][r][i][l];
-        const int j = i >> 2, e = i & 3;
+        for (int w = 0; w < W; ++w) sum += red[w][i][l];
+        const int r = i / (J * 4), j = (i >> 2) % J, e = i & 3;
         const int n = n0 + 16 * r + (l >> 2) + 8 * (e >> 1), m = m0 + 8 * j + 2 * (l & 3) + (e & 1);
         if (n >= p.N || m >= p.M) continue;
         if (gridDim.z == 1)
@@ -217,10 +236,13 @@ __global__ void gemm_skinny_reduce(const float* __restrict__ partial, Out* __res
 template <int DType, int MT, int NT, int KT>
 struct SkinnyGemm {
     using Out = typename SkinnyType<DType>::Out;
-    using L = SkinnyShape<DType, MT, NT, KT>;
     static constexpr int kBytes = SkinnyType<DType>::bytes;
     static constexpr int kVec = 16 / kBytes;
+    static constexpr int kWarpK = 4 * kVec;
+    static constexpr int R = NT / 16, W = KT / kWarpK;
     static constexpr int kMaxSplits = 16;
+    static_assert(MT % 8 == 0 && NT % 16 == 0 && KT % kWarpK == 0 && W >= 1 && W <= 16, "skinny tile");
+    static_assert(R * (MT / 8) <= 8, "skinny: at most 32 accumulators a thread");
 
     static int64_t lda(const TdGemmProblem& p) { return p.lda ? p.lda : p.K; }
     static int64_t ldb(const TdGemmProblem& p) { return p.ldb ? p.ldb : p.K; }
@@ -232,7 +254,7 @@ struct SkinnyGemm {
         if (p.M > INT32_MAX || p.N > INT32_MAX || p.K > INT32_MAX) { *why = "a size exceeds 2^31"; return TD_UNSUPPORTED; }
         if ((p.M + MT - 1) / MT > 65535) { *why = "more than 65535 row blocks of A"; return TD_UNSUPPORTED; }
         if (p.K % kVec || lda(p) % kVec || ldb(p) % kVec) {
-            *why = "K and the leading dimensions of A and B must each be a multiple of 16 bytes (TMA); "
+            *why = "K and the leading dimensions of A and B must each be a multiple of 16 bytes (16-byte vector loads); "
                    "a pad variant takes it";
             return TD_UNSUPPORTED;
         }
@@ -245,19 +267,19 @@ struct SkinnyGemm {
     }
 
     // The split count: the caller's, or enough blocks for two a SM while a split keeps at
-    // least 8 stages; at most one split per stage.
+    // least 8 block steps; at most one split per block step.
     static int splits(const TdGemmProblem& p) {
-        const int64_t chunks = std::max<int64_t>(1, (p.K + KT - 1) / KT);
+        const int64_t steps = std::max<int64_t>(1, (p.K + KT - 1) / KT);
         int s = p.splits;
         if (s <= 0) {
             const int64_t blocks = ((p.N + NT - 1) / NT) * ((p.M + MT - 1) / MT);
             const int64_t want = 2 * (int64_t)device::multiprocessors();
             s = 1;
-            while (s * 2 <= kMaxSplits && blocks * s < want && chunks / (s * 2) >= 8) s *= 2;
+            while (s * 2 <= kMaxSplits && blocks * s < want && steps / (s * 2) >= 8) s *= 2;
         }
-        s = (int)std::min<int64_t>(s, chunks);
-        const int64_t per = (chunks + s - 1) / s;  // stages a split
-        return (int)((chunks + per - 1) / per);    // no empty split
+        s = (int)std::min<int64_t>(s, steps);
+        const int64_t per = (steps + s - 1) / s;  // block steps a split
+        return (int)((steps + per - 1) / per);    // no empty split
     }
 
     static size_t workspace_size(const TdGemmProblem& p) {
@@ -269,27 +291,20 @@ struct SkinnyGemm {
                    void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
         if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u)
-            return fail(TD_REJECTED, "A and B must be 16-byte aligned (TMA)");
+            return fail(TD_REJECTED, "A and B must be 16-byte aligned (16-byte vector loads)");
         if (reinterpret_cast<uintptr_t>(c) % sizeof(Out)) return fail(TD_REJECTED, "C is not aligned to its element");
         if (p.M == 0 || p.N == 0) return TD_OK;
-        CUtensorMap amap, bmap;
-        if (!tma_map_rows(&amap, a, p.K * kBytes, p.M, lda(p) * kBytes, 64, MT, CU_TENSOR_MAP_SWIZZLE_128B) ||
-            !tma_map_rows(&bmap, b, p.K * kBytes, p.N, ldb(p) * kBytes, 64, NT, CU_TENSOR_MAP_SWIZZLE_128B))
-            return fail(TD_REJECTED, "the driver refused the tensor maps of A and B");
         const int s = splits(p);
-        const int64_t chunks = std::max<int64_t>(1, (p.K + KT - 1) / KT);
-        SkinnyArgs args{c, nullptr, (int)p.M, (int)p.N, (int)p.K, ldc(p), p.alpha, (int)(((chunks + s - 1) / s) * KT)};
+        const int64_t steps = std::max<int64_t>(1, (p.K + KT - 1) / KT);
+        SkinnyArgs args{static_cast<const char*>(a), static_cast<const char*>(b), c, nullptr, (int)p.M, (int)p.N,
+                        (int)p.K, lda(p), ldb(p), ldc(p), p.alpha, (int)(((steps + s - 1) / s) * KT)};
         if (s > 1) {
             void* scratch = nullptr;
             if (int st = take_workspace(workspace_size(p), ws, ws_bytes, stream_ptr, &scratch)) return st;
             args.partial = static_cast<float*>(scratch);
         }
         const dim3 grid((unsigned)((p.N + NT - 1) / NT), (unsigned)((p.M + MT - 1) / MT), (unsigned)s);
-        auto kernel = gemm_skinny<DType, MT, NT, KT>;
-        static const cudaError_t attr =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::bytes);
-        if (attr != cudaSuccess) return fail(TD_ERROR, std::string("skinny GEMM: ") + cudaGetErrorString(attr));
-        kernel<<<grid, 128, L::bytes, stream>>>(amap, bmap, args);
+        gemm_skinny<DType, MT, R, W><<<grid, W * 32, 0, stream>>>(args);
         if (s > 1) {
             const int64_t elems = p.M * p.N;
             pdl_launch(gemm_skinny_reduce<Out>, dim3((unsigned)((elems + 255) / 256)), dim3(256), 0, stream,

@@ -68,26 +68,6 @@ inline bool tma_map_16bit(CUtensorMap* map, const void* base, const int64_t (&di
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// A tensor map over the rows of a matrix read as 2-byte elements: `rows` rows of
-// `row_bytes` bytes (a multiple of 16), `stride` bytes apart (a multiple of 16); box of
-// box_cols elements (2 bytes each) by box_rows rows. Rows and columns past the end read
-// zeros. False where the driver refuses.
-inline bool tma_map_rows(CUtensorMap* map, const void* base, int64_t row_bytes, int64_t rows, int64_t stride,
-                         int box_cols, int box_rows, CUtensorMapSwizzle swizzle) {
-    const EncodeTiledFn encode = tma_encoder();
-    if (!encode || reinterpret_cast<uintptr_t>(base) % 16 || row_bytes % 16 || stride % 16 || rows < 1 ||
-        box_cols < 1 || box_cols > 256 || box_rows < 1 || box_rows > 256)
-        return false;
-    const cuuint64_t size[2] = {(cuuint64_t)(row_bytes / 2), (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)stride};
-    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
-    const cuuint32_t elem[2] = {1, 1};
-    std::memset(map, 0, sizeof(*map));
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), size, strides, box, elem,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 // ------------------------------------------------------------------ device
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
@@ -123,17 +103,6 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, c
         "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
         "%5, %6}], [%7];\n" ::"r"(d),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), "r"(b)
-        : "memory");
-}
-
-// One box of a 2-D tensor map at element coordinates (x, y) into shared memory.
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-        "[%4];\n" ::"r"(d),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(b)
         : "memory");
 }
 

@@ -17,6 +17,12 @@ this problem q (wave quantization, K-loop length, stream-K fix-up). NEIGHBOURS =
 ALPHA = 0.25 were chosen by leave-one-out over the H200 training grid (bench/RESULTS.md).
 Entries without latencies (older tables) fall back to the nearest entry's ranking.
 
+A table made before a family of kernels existed (the cuda knob `algorithm`: cutlass,
+skinny, ...) does not speak for it: a registered kernel of a family that no entry of the
+kind lists competes through the cost model alone, taking the problem where the model
+predicts it faster than the table's choice (sm_90a: the skinny decode GEMM against the
+bf16 table of CUTLASS kernels).
+
 fp16 and bf16 stand in for each other (STAND_IN): they run the same tensor-core
 instructions at the same rate, and the manifest builds the same configurations for both,
 so where a table has no entry of a problem's dtype, the entries of its twin serve it with
@@ -163,7 +169,46 @@ def _stand_in(dtype: str, kind: tuple, target: str) -> list:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _family(name: str) -> str:
+    """A kernel's family: its cuda `algorithm` knob, else its backend's one."""
+    from ..codegen import config_from_name
+    try:
+        return getattr(config_from_name(name).knobs, "algorithm", "") or ""
+    except ValueError:
+        return ""
+
+
 def pick(target: str, problem, registered: set, supports, cost) -> str | None:
+    choice = _pick_measured(target, problem, registered, supports, cost)
+    if choice is None:
+        return None
+    known = _families(target, table_paths(target), problem_spec(problem))
+    base = cost(problem, choice)
+    for name in sorted(registered):
+        if _family(name) in known or not supports(name):
+            continue
+        c = cost(problem, name)
+        if c is not None and base is not None and c < base:
+            choice, base = name, c
+    return choice
+
+
+def _families(target: str, paths: tuple, spec: dict) -> frozenset:
+    """The kernel families the entries of this problem's kind (or its stand-in's) list."""
+    kind = _kind(spec)
+    return _families_of_kind(target, paths, kind, spec.get("dtype"))
+
+
+@functools.lru_cache(maxsize=64)
+def _families_of_kind(target: str, paths: tuple, kind: tuple, dtype) -> frozenset:
+    entries = [e for t, e, _ in _load(paths) if t == target and _kind(e["problem"]) == kind]
+    if not entries and dtype in STAND_IN:
+        entries = [e for e, _ in _stand_in(dtype, kind, target)]
+    return frozenset(_family(n) for e in entries for n in set(e["kernels"]))
+
+
+def _pick_measured(target: str, problem, registered: set, supports, cost) -> str | None:
     """The tables' kernel for a problem (None: no entry of its kind, or none that applies).
 
     supports(name) -> bool for this problem; cost(problem, name) -> the cost model's
