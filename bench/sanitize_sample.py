@@ -9,10 +9,15 @@ d = td.Dispatcher("gemm")
 rng = np.random.default_rng(1)
 sample = {}
 for k in d.kernels:
-    key = (k.variant, k.knobs.schedule, k.knobs.pad, k.dtype.nbytes)
+    key = (k.knobs.algorithm, k.variant, k.knobs.schedule, k.knobs.pad, k.dtype.nbytes)
     sample.setdefault(key, k)
 for k in sample.values():
-    for M, N, K in ((208, 144, 272), (64, 64, 64)) if not k.knobs.pad else ((201, 133, 77),):
+    shapes = ((208, 144, 272), (64, 64, 64))
+    if k.knobs.pad:
+        shapes = ((201, 133, 77),)
+    elif k.knobs.algorithm == "skinny":
+        shapes = ((16, 300, 4096), (5, 64, 64), (40, 72, 1040))  # split-K, one step, two row blocks
+    for M, N, K in shapes:
         a = random((M, K), k.dtype, rng)
         b = random((K, N), k.dtype, rng)
         b_mem = b if k.layout.b_row else np.asfortranarray(b)

@@ -45,27 +45,28 @@ int copy_name(const char* name, char* buf, size_t size) {
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Our skinny kernel (schedule 2, cuda/gemm_skinny.cuh) in the same units: B's bytes once
+// per block row of A at 3.8 TB/s plus 3 us of start and tail, or mma.sync at half the wgmma
+// rate where that is longer. Measured on the H200 (bench/gemm.py, L2 flushed by a write):
+// 16 x 6144 x 4096 bf16 20.9 us (CUTLASS's best 25, cuBLAS 22.7), fp8 14.9; 32 x 8192 x 8192
+// with its 16-row blocks 76 (CUTLASS 44). The constants put it first for M up to 16 where
+// it won every measured shape, and behind CUTLASS from two block rows on. The scale: the
+// model below gives 2.9e12 units a second on the H200 (4096^3 at 753 TFLOP/s).
+static double skinny_cost(const KernelInfo& k, const GemmShape& s, int64_t sms) {
+    const double units_per_s = 2.9e12;
+    const double elem = (k.dtype == TD_FP8_E4M3 || k.dtype == TD_FP8_E5M2) ? 1.0 : 2.0;
+    const double row_blocks = (double)s.batch * cdiv(s.m, k.tile_m);
+    const double bytes_s = row_blocks * (double)s.n * (double)s.k * elem / 3.8e12;
+    const double mma_s = row_blocks * k.tile_m * (double)cdiv(s.n, k.tile_n) * k.tile_n * (double)s.k /
+                         (0.5 * units_per_s * (double)sms);
+    return (std::max(bytes_s, mma_s) + 3e-6) * units_per_s;
+}
+
 // GPU model (cuda sm90), fitted to bench/gemm.py on the H200 (2026-11-30): persistent CTAs,
 // one per SM, clusters scheduled together. Relative throughput of one K step: cooperative
 // 128x256 = 1, 128x128 = 0.8; ping-pong 64x128 = 0.55 per SM, but its epilogue hides
 // behind the next tile's mainloop (0.5 K steps per tile against 3 for cooperative).
 // Stream-K balances K steps over the SMs and pays a fix-up for split tiles.
-// Our skinny kernel (schedule 2, cuda/gemm_skinny.cuh) in the same units: B's bytes once
-// per block row of A at 3.6 TB/s plus 5 us of start and tail (fitted to bench/gemm.py on
-// the H200, L2 flushed by a write: 16 x 6144 x 4096 bf16 20 us, 16 x 28672 x 4096 70,
-// 32 x 8192 x 8192 with 16-row blocks 76), or mma.sync at half the wgmma rate where that is
-// longer. The scale: the model below gives 2.9e12 units a second on the H200 (4096^3 at
-// 753 TFLOP/s, 16 x 6144 x 4096 ping-pong at 35).
-static double skinny_cost(const KernelInfo& k, const GemmShape& s, int64_t sms) {
-    const double units_per_s = 2.9e12;
-    const double elem = (k.dtype == TD_FP8_E4M3 || k.dtype == TD_FP8_E5M2) ? 1.0 : 2.0;
-    const double row_blocks = (double)s.batch * cdiv(s.m, k.tile_m);
-    const double bytes_s = row_blocks * (double)s.n * (double)s.k * elem / 3.6e12;
-    const double mma_s = row_blocks * k.tile_m * (double)cdiv(s.n, k.tile_n) * k.tile_n * (double)s.k /
-                         (0.5 * units_per_s * (double)sms);
-    return (std::max(bytes_s, mma_s) + 5e-6) * units_per_s;
-}
-
 static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, int64_t sms) {
     if (k.schedule == 2) return skinny_cost(k, s, sms);
     const double tm = k.tile_m, tn = k.tile_n, tk = k.tile_k;

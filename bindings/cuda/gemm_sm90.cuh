@@ -240,8 +240,15 @@ struct Sm90Gemm {
     // our clusters (at most 2 x 2) are portable sizes and need no attribute, so the repeated
     // launch is built here: the grid, block and shared memory CUTLASS's run() uses, the
     // cluster shape as a launch attribute.
-    static int relaunch(const Gemm& gemm, cudaStream_t stream) {
+    // The driver has been seen to refuse that launch (invalid argument) for some cluster
+    // kernels where CUTLASS's own launch of the same parameters works (H200, 2026-12-01:
+    // stream-K deterministic 128x128 c1x2 at 2048^3, the second call); the launch then goes
+    // through CUTLASS's run(), for that entry from then on. Cause not found.
+    struct Last;
+    static int relaunch(Last& last, cudaStream_t stream) {
+        if (!last.own_launch) return cutlass_run(last.gemm, stream);
         const cudaError_t pending = cudaGetLastError();  // as cutlass_run: a stale error is not ours
+        const Gemm& gemm = last.gemm;
         auto& params = gemm.params();
         cudaLaunchConfig_t config{};
         config.gridDim = Gemm::get_grid_shape(params);
@@ -259,6 +266,9 @@ struct Sm90Gemm {
         const cudaError_t err =
             cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args);
         if (err == cudaSuccess) return TD_OK;
+        cudaGetLastError();  // the refused launch's error is handled here
+        last.own_launch = false;
+        if (cutlass_run(last.gemm, stream) == TD_OK) return TD_OK;
         return launch_failed(std::string("kernel launch failed: ") + cudaGetErrorString(err), pending);
     }
 
@@ -270,6 +280,7 @@ struct Sm90Gemm {
     struct Last {
         bool valid = false;
         bool direct = false;  // no operand staged: the caller's pointers went to the kernel
+        bool own_launch = true;  // relaunch() builds the launch (false: the driver refused it once)
         TdGemmProblem p{};
         const void *a = nullptr, *b = nullptr;  // what the kernel read and wrote (staged or not)
         void* c = nullptr;
@@ -292,8 +303,8 @@ struct Sm90Gemm {
         // The same call again with the operands in place: straight to the launch, with no
         // planning (the host time of a repeated small GEMM).
         if (have_device)
-            for (const Last& r : recent)
-                if (r.direct && r.same(p, a, b, c, stream, device)) return relaunch(r.gemm, stream);
+            for (Last& r : recent)
+                if (r.direct && r.same(p, a, b, c, stream, device)) return relaunch(r, stream);
         const Plan s = plan(p, a, b, c);
         if (!Pad && !direct_ok(s))
             return fail(TD_REJECTED, "an operand's address, leading dimension or contiguous extent is not "
@@ -322,16 +333,17 @@ struct Sm90Gemm {
         }
         if (s.c.stage) kc = stage;
         const bool reusable = lib_bytes == 0 && have_device;
-        const Last* hit = nullptr;
+        Last* hit = nullptr;
         if (reusable)
-            for (const Last& r : recent)
+            for (Last& r : recent)
                 if (r.same(p, ka, kb, kc, stream, device)) hit = &r;
         if (hit) {
-            if (int st = relaunch(hit->gemm, stream)) return st;
+            if (int st = relaunch(*hit, stream)) return st;
         } else {
             Last& last = recent[next_slot];
             next_slot = (next_slot + 1) % kRecent;
             last.valid = false;
+            last.own_launch = true;
             if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream))
                 return st;
             if (reusable) {
