@@ -1,4 +1,5 @@
 // The GEMM library's C ABI: the reference system's dispatcher_* functions and td_gemm_*.
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -56,10 +57,22 @@ TdGemmProblem legacy_problem(int64_t M, int64_t N, int64_t K) {
     return p;
 }
 
-// The cost model's prediction for one kernel (arbitrary units; lower is faster).
+// The cost model's prediction for one kernel (arbitrary units; lower is faster). On the GPU
+// a CUTLASS kernel's tile estimate is bounded below by the DRAM: the unique bytes of A, B
+// and C at 3.3 TB/s (what its tiles reach at M 16-64 on the H200, L2 flushed), in the
+// model's units (2.9e12 a second; common.cpp). The estimate's 5% added on top keeps the
+// ranking among CUTLASS kernels exactly as the tile estimate orders them; what the floor
+// changes is their standing against the skinny kernel, whose cost is bandwidth already
+// (bench/RESULTS.md, fifteenth session: 16 x 28672 x 4096 bf16 went to skinny, 0.95x ->
+// 1.02x cuBLAS, and no pick of the suite moved).
 double cost_of(const TdGemmProblem& p, const KernelInfo& k, int workers) {
-    return predicted_cost(k, GemmShape{1, p.M, p.N, p.K}, k.variant == 1, p.splits > 0 ? p.splits : workers,
-                          workers);
+    const double cost = predicted_cost(k, GemmShape{1, p.M, p.N, p.K}, k.variant == 1,
+                                       p.splits > 0 ? p.splits : workers, workers);
+    if (std::strncmp(table_target, "sm_", 3) != 0 || k.schedule == 2) return cost;
+    const double elem = (p.dtype == TD_FP8_E4M3 || p.dtype == TD_FP8_E5M2) ? 1.0 : 2.0;
+    const double bytes = ((double)p.M * p.K + (double)p.N * p.K) * elem + (double)p.M * p.N * 2.0;
+    const double floor = bytes / 3.3e12 * 2.9e12;
+    return std::max(cost, floor) + 0.05 * cost;
 }
 
 int ranked(const TdGemmProblem* p, const char* name, std::vector<const GemmKernel*>* out) {
