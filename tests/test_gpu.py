@@ -151,14 +151,15 @@ def test_skinny_kernels_refuse_what_they_cannot_read(gen):
 
 
 def test_the_cost_model_picks_the_skinny_kernel_for_decode_shapes():
-    """M up to 16: the skinny kernel (B's bytes are the time); M 128: a CUTLASS kernel. By
+    """M up to 16: the skinny kernel (B's bytes are the time); M 32 and 128: a CUTLASS kernel. By
     the library's cost model and by the dispatcher (whose bf16 tuning table measured only
     CUTLASS kernels: tile_engine/tuning.py lets a family it never measured compete)."""
     d = td.Dispatcher("gemm", GPU)
     for dtype in (DType.BF16, DType.FP16, DType.FP8_E4M3):
         if not any(k.dtype is dtype for k in skinny_kernels()):
             continue
-        for M, N, K, family in ((16, 6144, 4096, "skinny"), (1, 4096, 4096, "skinny"), (128, 4096, 14336, "cutlass")):
+        for M, N, K, family in ((16, 6144, 4096, "skinny"), (1, 4096, 4096, "skinny"), (16, 28672, 4096, "skinny"),
+                                (32, 8192, 8192, "cutlass"), (128, 4096, 14336, "cutlass")):
             problem = td.GemmProblem(M, N, K, dtype, "rcr")
             model = d.lib.name_call(d.lib.td_gemm_select, d._problem(problem))
             assert td.codegen.config_from_name(model).knobs.algorithm == family, (dtype, M, N, K, model)
