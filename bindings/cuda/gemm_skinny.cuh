@@ -4,9 +4,11 @@
 //
 // With M small the time is B's bytes: 16 x 6144 x 4096 bf16 reads 50 MB, 12 us at the
 // H200's copy bandwidth, where cuBLAS takes 23 us and CUTLASS's smallest tiles as long. So
-// no shared memory, no TMA pipeline: every lane streams 16-byte vectors of B's rows
-// straight into the registers an mma.sync takes as its A operand (B's rows are the MMA's
-// M), and A's rows as its B operand (the MMA's N).
+// no shared memory on the inputs: every lane streams 16-byte vectors of B's rows straight
+// into the registers an mma.sync takes as its A operand (B's rows are the MMA's M), and A's
+// rows as its B operand (the MMA's N), D warp steps in flight. (A TMA ring into shared
+// memory with ldmatrix-free swizzled reads measured slower on every bf16 decode shape:
+// bench/RESULTS.md, fifteenth session.)
 //
 // The vectors fit the fragments because the sum over k may run in any order, provided both
 // operands use the same one: for m16n8k16, lane (g = lane / 4, c = lane % 4) holds rows g
@@ -84,26 +86,22 @@ __device__ __forceinline__ void skinny_mma_pair(float (&d)[4], const uint4& lo, 
     }
 }
 
-// B is read once: no L1 allocation, 256-byte L2 fetches (a warp step reads 64 bytes of a
-// row, the block step the next W x 64). Zero where `ok` is false (no load issued).
-__device__ __forceinline__ uint4 skinny_stream(const char* p, bool ok) {
-    uint4 v;
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
-        " mov.b32 %3, 0;\n @q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "r"((int)ok));
-    return v;
-}
-
-// A's rows are read by every block: through L1.
+// One 16-byte vector, zero where `ok` is false (no load issued). Stream (B, read once): no
+// L1 allocation, 256-byte L2 fetches (a warp step reads 64 bytes of a row, the block step
+// the next W x 64); otherwise (A, read by every block) through L1.
+template <bool Stream>
 __device__ __forceinline__ uint4 skinny_load(const char* p, bool ok) {
     uint4 v;
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
-        " mov.b32 %3, 0;\n @q ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "r"((int)ok));
+#define TD_SKINNY_LOAD(QUALIFIERS)                                                                            \
+    asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n"             \
+                 " mov.b32 %2, 0;\n mov.b32 %3, 0;\n @q ld.global.nc" QUALIFIERS ".v4.u32 {%0,%1,%2,%3}, [%4];\n}\n" \
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                                 \
+                 : "l"(p), "r"((int)ok))
+    if constexpr (Stream)
+        TD_SKINNY_LOAD(".L1::no_allocate.L2::256B");
+    else
+        TD_SKINNY_LOAD("");
+#undef TD_SKINNY_LOAD
     return v;
 }
 
@@ -118,8 +116,8 @@ struct SkinnyArgs {
     int k_split;  // k of one split: a multiple of the block step
 };
 
-template <int DType, int MT, int R, int W>
 // 16-bit: at most 128 registers (4 blocks of 4 warps a SM); fp8 168 (3 blocks; 128 spills)
+template <int DType, int MT, int R, int W>
 __global__ void __launch_bounds__(W * 32, SkinnyType<DType>::bytes == 2 ? 512 / (W * 32) : 384 / (W * 32)) gemm_skinny(SkinnyArgs p) {
     using Out = typename SkinnyType<DType>::Out;
     constexpr int EB = SkinnyType<DType>::bytes;
@@ -178,9 +176,9 @@ __global__ void __launch_bounds__(W * 32, SkinnyType<DType>::bytes == 2 ? 512 / 
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) bs[r][h] = skinny_stream(brow[r][h] + off, in && bok[r][h]);
+            for (int h = 0; h < 2; ++h) bs[r][h] = skinny_load<true>(brow[r][h] + off, in && bok[r][h]);
 #pragma unroll
-        for (int j = 0; j < J; ++j) as[j] = skinny_load(arow[j] + off, in && aok[j]);
+        for (int j = 0; j < J; ++j) as[j] = skinny_load<false>(arow[j] + off, in && aok[j]);
     };
 #pragma unroll
     for (int u = 0; u < D - 1; ++u) load(bv[u], av[u], u);
