@@ -7,7 +7,7 @@
 // no shared memory on the inputs: every lane streams 16-byte vectors of B's rows straight
 // into the registers an mma.sync takes as its A operand (B's rows are the MMA's M), and A's
 // rows as its B operand (the MMA's N), D warp steps in flight. (A TMA ring into shared
-// memory with ldmatrix-free swizzled reads measured slower on every bf16 decode shape:
+// memory, read in swizzled 16-byte pieces, measured slower on every bf16 decode shape:
 // bench/RESULTS.md, fifteenth session.)
 //
 // The vectors fit the fragments because the sum over k may run in any order, provided both

@@ -180,6 +180,10 @@ def _family(name: str) -> str:
 
 
 def pick(target: str, problem, registered: set, supports, cost) -> str | None:
+    """The tables' kernel for a problem (None: no entry of its kind, or none that applies),
+    or a kernel of a family the tables never measured where the cost model predicts it
+    faster than theirs. supports(name) -> bool for this problem; cost(problem, name) -> the
+    cost model's prediction, or None where the kernel rejects that problem."""
     choice = _pick_measured(target, problem, registered, supports, cost)
     if choice is None:
         return None
@@ -209,10 +213,7 @@ def _families_of_kind(target: str, paths: tuple, kind: tuple, dtype) -> frozense
 
 
 def _pick_measured(target: str, problem, registered: set, supports, cost) -> str | None:
-    """The tables' kernel for a problem (None: no entry of its kind, or none that applies).
-
-    supports(name) -> bool for this problem; cost(problem, name) -> the cost model's
-    prediction, or None where the kernel rejects that problem."""
+    """The measured pick: the nearest entries' ranking, calibrated by the cost model."""
     spec = problem_spec(problem)
     kind = _kind(spec)
     entries = [(e, path) for t, e, path in _load(table_paths(target)) if t == target and _kind(e["problem"]) == kind]
