@@ -45,16 +45,28 @@ int copy_name(const char* name, char* buf, size_t size) {
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+int64_t in_bytes(int dtype) { return dtype == TD_FP32 ? 4 : (dtype == TD_FP16 || dtype == TD_BF16) ? 2 : 1; }
+int64_t out_bytes(int dtype) { return dtype == TD_FP32 ? 4 : 2; }
+
+// The GPU model's scale: 2.9e12 units a second on the H200 (the model below: 4096^3 at 753
+// TFLOP/s, 16 x 6144 x 4096 ping-pong at 35).
+static constexpr double kGpuUnitsPerSecond = 2.9e12;
+
+double gpu_dram_floor(const GemmShape& s, int dtype) {
+    const double bytes = (double)s.batch * (((double)s.m * s.k + (double)s.n * s.k) * in_bytes(dtype) +
+                                            (double)s.m * s.n * out_bytes(dtype));
+    return bytes / 3.3e12 * kGpuUnitsPerSecond;
+}
+
 // Our skinny kernel (schedule 2, cuda/gemm_skinny.cuh) in the same units: B's bytes once
 // per block row of A at 3.8 TB/s plus 3 us of start and tail, or mma.sync at half the wgmma
 // rate where that is longer. Measured on the H200 (bench/gemm.py, L2 flushed by a write):
 // 16 x 6144 x 4096 bf16 20.9 us (CUTLASS's best 25, cuBLAS 22.7), fp8 14.9; 32 x 8192 x 8192
 // with its 16-row blocks 76 (CUTLASS 44). The constants put it first for M up to 16 where
-// it won every measured shape, and behind CUTLASS from two block rows on. The scale: the
-// model below gives 2.9e12 units a second on the H200 (4096^3 at 753 TFLOP/s).
+// it won every measured shape, and behind CUTLASS from two block rows on.
 static double skinny_cost(const KernelInfo& k, const GemmShape& s, int64_t sms) {
-    const double units_per_s = 2.9e12;
-    const double elem = (k.dtype == TD_FP8_E4M3 || k.dtype == TD_FP8_E5M2) ? 1.0 : 2.0;
+    const double units_per_s = kGpuUnitsPerSecond;
+    const double elem = (double)in_bytes(k.dtype);
     const double row_blocks = (double)s.batch * cdiv(s.m, k.tile_m);
     const double bytes_s = row_blocks * (double)s.n * (double)s.k * elem / 3.8e12;
     const double mma_s = row_blocks * k.tile_m * (double)cdiv(s.n, k.tile_n) * k.tile_n * (double)s.k /

@@ -46,6 +46,14 @@ struct GemmShape {
 double predicted_cost(const KernelInfo& k, const GemmShape& shape, bool streamk, int64_t workers,
                       int threads);
 
+// Bytes of one input / output element of a dtype (fp8 inputs give bf16 outputs).
+int64_t in_bytes(int dtype);
+int64_t out_bytes(int dtype);
+
+// A GEMM's unique bytes (A, B, C) at 3.3 TB/s, the rate CUTLASS's tiles reach at M 16-64 on
+// the H200 with L2 flushed, in the GPU model's units: a lower bound for a kernel's time.
+double gpu_dram_floor(const GemmShape& shape, int dtype);
+
 int host_threads();
 
 // The workspace of one run: the caller's (TD_REJECTED when smaller than `need`) or, when

@@ -58,21 +58,17 @@ TdGemmProblem legacy_problem(int64_t M, int64_t N, int64_t K) {
 }
 
 // The cost model's prediction for one kernel (arbitrary units; lower is faster). On the GPU
-// a CUTLASS kernel's tile estimate is bounded below by the DRAM: the unique bytes of A, B
-// and C at 3.3 TB/s (what its tiles reach at M 16-64 on the H200, L2 flushed), in the
-// model's units (2.9e12 a second; common.cpp). The estimate's 5% added on top keeps the
-// ranking among CUTLASS kernels exactly as the tile estimate orders them; what the floor
-// changes is their standing against the skinny kernel, whose cost is bandwidth already
-// (bench/RESULTS.md, fifteenth session: 16 x 28672 x 4096 bf16 went to skinny, 0.95x ->
-// 1.02x cuBLAS, and no pick of the suite moved).
+// a CUTLASS kernel's tile estimate is bounded below by the DRAM (gpu_dram_floor); the
+// estimate's 5% added on top keeps the ranking among CUTLASS kernels exactly as the tile
+// estimate orders them; what the floor changes is their standing against the skinny kernel,
+// whose cost is bandwidth already (bench/RESULTS.md, fifteenth session: 16 x 28672 x 4096
+// bf16 went to skinny, 0.95x -> 1.02x cuBLAS, and no pick of the suite moved). GEMM only:
+// the conv kinds compare their own bands.
 double cost_of(const TdGemmProblem& p, const KernelInfo& k, int workers) {
-    const double cost = predicted_cost(k, GemmShape{1, p.M, p.N, p.K}, k.variant == 1,
-                                       p.splits > 0 ? p.splits : workers, workers);
+    const GemmShape shape{1, p.M, p.N, p.K};
+    const double cost = predicted_cost(k, shape, k.variant == 1, p.splits > 0 ? p.splits : workers, workers);
     if (std::strncmp(table_target, "sm_", 3) != 0 || k.schedule == 2) return cost;
-    const double elem = (p.dtype == TD_FP8_E4M3 || p.dtype == TD_FP8_E5M2) ? 1.0 : 2.0;
-    const double bytes = ((double)p.M * p.K + (double)p.N * p.K) * elem + (double)p.M * p.N * 2.0;
-    const double floor = bytes / 3.3e12 * 2.9e12;
-    return std::max(cost, floor) + 0.05 * cost;
+    return std::max(cost, gpu_dram_floor(shape, p.dtype)) + 0.05 * cost;
 }
 
 int ranked(const TdGemmProblem* p, const char* name, std::vector<const GemmKernel*>* out) {
@@ -170,8 +166,6 @@ void extents(const TdGemmProblem& p, int64_t* a, int64_t* b, int64_t* c) {
     *c = (p.M - 1) * ldc + p.N;
 }
 
-int64_t in_bytes(int dtype) { return dtype == TD_FP32 ? 4 : (dtype == TD_FP16 || dtype == TD_BF16) ? 2 : 1; }
-int64_t out_bytes(int dtype) { return dtype == TD_FP32 ? 4 : 2; }
 
 struct DeviceBuffer {
     void* ptr = nullptr;
