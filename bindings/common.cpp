@@ -104,6 +104,11 @@ static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, in
         const double sharing = std::max(1.0, (double)units / (double)tiles);
         cost = (double)cdiv(tiles * iters, units) * iter_time + cdiv(tiles, units) * tile_overhead +
                2.0 * tile_overhead + (split ? 3.0 * tile_overhead * sharing : 0.0);
+        // The stream-K kernel's K steps run about 5% slower than the data-parallel kernel's
+        // of the same tile (H200, 2026-12-01, bench/gemm.py: measured over predicted 0.93-0.99,
+        // median 0.957, on the large shapes of both dtypes); without this the model chose
+        // stream-K for fp8 8192^3, 4096x28672x4096 and 4096x4096x14336, 3-4% slower.
+        cost *= 1.05;
     }
     if (k.pad) cost *= 1.01;  // the same kernel plus the checks; its copies only when misaligned
     return cost;

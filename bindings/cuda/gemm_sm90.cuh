@@ -13,6 +13,14 @@
 // split count.
 #pragma once
 
+// Tile N values that are not 64, 128, 192 or 256 (80, 112, 160, 176: bench/sweeps/sm90_ntile.yaml)
+// take one wgmma of the whole N only with CuTe's extended MMA shapes; without them the
+// CollectiveBuilder falls back to 64x16 MMAs. Tiles of the old sizes choose the same MMA
+// either way (no extended N divides 64, 128 or 256 other than themselves).
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
