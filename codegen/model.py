@@ -657,11 +657,28 @@ class CudaKnobs:
             out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")
         if (tm + tn) * tk * dtype.nbytes > 96 * 1024:
             out.append(f"tile {tm}x{tn}x{tk} needs more than 96 KiB of shared memory per stage")
+        if self.promote == 1 and dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and not fp8_slices(
+                (tm // 2 if self.schedule == "cooperative" else tm) * tn // 128, tn):
+            out.append(f"fp8 tile {tm}x{tn} with promote tile: no N slicing leaves room for the two partial sets "
+                       f"(bindings/cuda/fp8_mainloop.cuh)")
         if self.promote != 1 and dtype not in (DType.FP8_E4M3, DType.FP8_E5M2):
             out.append(f"promote applies to fp8 only ({dtype.key} MMAs accumulate in fp32)")
         elif self.promote > 1 and self.promote % max(1, tk // 32):
             out.append(f"promote {self.promote} must be a multiple of the {tk // 32} MMAs of one K tile of {tk}")
         return out
+
+
+def fp8_slices(regs: int, n: int) -> int:
+    """N slices of a K tile's MMAs in our fp8 mainloop (bindings/cuda/fp8_mainloop.cuh,
+    `fp8_slices`, the same rule) for a consumer warp group holding `regs` fp32 accumulators a
+    thread in a tile `n` wide: 1 where two more full partial sets fit in 192 registers, else
+    the fewest even count that fits; 0: none does."""
+    if 3 * regs <= 192:
+        return 1
+    for h in range(2, n // 8 + 1, 2):
+        if n % (8 * h) == 0 and regs + 2 * regs // h <= 192:
+            return h
+    return 0
 
 
 # --------------------------------------------------------------------------- hip knobs

@@ -451,6 +451,11 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
            if c.op == "gemm" and c.dtype.nbytes == 1]
     assert len(fp8) == 9 and all(c.knobs.promote == 1 for c in fp8)  # 7 CUTLASS, 2 skinny
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
+    # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
+    assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name
+    from codegen.model import fp8_slices
+    assert [fp8_slices(r, n) for r, n in ((64, 128), (56, 112), (96, 192), (128, 256), (192, 192), (256, 256))] == \
+        [1, 1, 2, 4, 0, 0]
 
 
 FP8_GROUP = """\
@@ -469,6 +474,9 @@ gemm:
     (FP8_GROUP + "    cuda: {promote: sometimes}\n", "promote must be tile, 4, 8, 12, 16, 24, 32 or fast"),
     (FP8_GROUP.replace("fp8_e4m3", "bf16").replace("128, 128, 128", "128, 128, 64") + "    cuda: {promote: 8}\n",
      "promote applies to fp8 only"),
+    # 128 x 256 accumulators a thread: no slicing leaves room for two partial sets
+    (FP8_GROUP.replace("128, 128, 128", "256, 256, 128") + "    cuda: {schedule: cooperative}\n",
+     "fp8 tile 256x256 with promote tile: no N slicing leaves room"),
 ])
 def test_bad_fp8_promote_names_file_and_line(text, message):
     with pytest.raises(ManifestError) as info:

@@ -16,17 +16,40 @@
 // in order). Cost: one more set of accumulator registers (64 per thread for a 128x128
 // cooperative tile: 3 x 64 in all, within the 240 a consumer warp group holds).
 //
+// Wider tiles (64x192 or 64x256 a consumer warp group: 96 or 128 accumulators a thread)
+// have no room for two more full sets. There the MMAs of each K tile run in N slices (two
+// of 96 columns, or four of 64), a batch per slice, and the two partial sets are slice-sized
+// and alternate by batch: 96 + 2 x 48 or 128 + 2 x 32 registers. The sums are the same (each
+// K tile's partial sum added once, in order). The last slice of each K tile is waited for
+// before the next K tile: every form that kept a batch in flight across the K loop made
+// ptxas serialize every wgmma (C7514). Measured (bench/sweeps/sm90_fp8.yaml): correct, but
+// 5-9% slower than 128x128 on large shapes (4096^3 128x256 0.91x cuBLASLt against 0.96x);
+// faster only where K is short (8192x8192x256 1.01x against the default pick's 0.94x). Opt-in.
+//
 // It reuses everything of CUTLASS's fp8 collective (shared-memory layouts, TMA, pipeline,
 // arguments, can_implement) and replaces only the consumer's mma(): a policy type derived
 // from CUTLASS's fp8 policy selects this specialization, and the kernel layer (cooperative,
 // ping-pong, stream-K) dispatches on the policy's Schedule, which it inherits.
 #pragma once
 
+#include <type_traits>
+
 #include "cute/tensor.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/dispatch_policy.hpp"
 
 namespace td::cuda {
+
+// N slices of a K tile's MMAs for a consumer warp group holding `regs` fp32 accumulators a
+// thread in a tile `n` wide: 1 where two more full sets fit in 192 registers (the 64x128
+// tile), else the fewest (even, so that the two partial sets alternate by slice) that fit;
+// 0: none fits.
+constexpr int fp8_slices(int regs, int n) {
+    if (3 * regs <= 192) return 1;
+    for (int h = 2; h <= n / 8; h += 2)
+        if (n % (8 * h) == 0 && regs + 2 * regs / h <= 192) return h;
+    return 0;
+}
 
 template <int Stages, class ClusterShape, class KernelSchedule>
 struct Fp8TwoBufferPolicy : cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8<Stages, ClusterShape, KernelSchedule> {};
@@ -79,87 +102,201 @@ struct CollectiveMma<td::cuda::Fp8TwoBufferPolicy<Stages, ClusterShape, KernelSc
     // base's mma_tail (which releases min(K_PIPE_MMAS = 1, k_tile_count) stages) fits.
     static_assert(Base::K_PIPE_MMAS == 1, "mma_tail releases one stage");
 
+    static constexpr int kTileM = cute::size<0>(TileShape_{});
+    static constexpr int kTileN = cute::size<1>(TileShape_{});
+    static constexpr int kTileK = cute::size<2>(TileShape_{});
+    static constexpr bool kCooperative = !std::is_base_of_v<KernelTmaWarpSpecializedPingpong, KernelSchedule>;
+    static constexpr int kRegs = (kCooperative ? kTileM / 2 : kTileM) * kTileN / 128;  // a thread's accumulators
+    static constexpr int kSlices = td::cuda::fp8_slices(kRegs, kTileN);
+    static_assert(kSlices > 0, "no N slicing of this tile leaves room for two partial sets (192 registers)");
+    // The MMAs of one N slice, tiled over the warp groups as the CollectiveBuilder tiles them.
+    using SliceMma = decltype(cute::make_tiled_mma(
+        cute::GMMA::ss_op_selector<ElementA_, ElementB_, float,
+                                   cute::Shape<cute::_64, cute::Int<kTileN / kSlices>, cute::Int<kTileK>>,
+                                   cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+        std::conditional_t<kCooperative, cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>,
+                           cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>>{}));
+    static_assert(kSlices > 1 || std::is_same_v<SliceMma, TiledMma_>, "one slice is the builder's own MMA");
+
     template <class FrgTensorC>
     CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                             int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+        if constexpr (kSlices > 1) {
+            mma_sliced(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors);
+        } else {
+            using namespace cute;
+            static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
+            Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
+            Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
+            constexpr int kWarpGroups = size(TiledMma{}) / NumThreadsPerWarpGroup;
+            Layout warp_groups = make_layout(Int<kWarpGroups>{}, Int<NumThreadsPerWarpGroup>{});
+            const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / NumThreadsPerWarpGroup, 0);
+            TiledMma tiled_mma;
+            auto thread_mma = tiled_mma.get_slice(warp_groups(warp_group));
+            Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
+            Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,MMA_N,MMA_K,PIPE)
+
+            Tensor part0 = make_fragment_like(accum);  // a K tile's partial sums, even tiles
+            Tensor part1 = make_fragment_like(accum);  // odd tiles
+            PipelineState smem_pipe_release = smem_pipe_read;
+
+            // The MMAs of the next K tile into part (overwritten: the first MMA scales it by 0).
+            auto issue = [&](auto& part) {
+                auto token = pipeline.consumer_try_wait(smem_pipe_read);
+                pipeline.consumer_wait(smem_pipe_read, token);
+                const int stage = smem_pipe_read.index();
+                warpgroup_fence_operand(part);
+                warpgroup_arrive();
+                tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+                CUTLASS_PRAGMA_UNROLL
+                for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+                    cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), part);
+                    tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+                }
+                warpgroup_commit_batch();  // no fence on part here: it is in flight until a wait
+                ++smem_pipe_read;
+            };
+            // Adds a finished K tile's partial sums into the fp32 accumulators.
+            auto promote = [&](auto& part) {
+                warpgroup_fence_operand(part);
+                CUTLASS_PRAGMA_UNROLL
+                for (int i = 0; i < size(accum); ++i) accum(i) += part(i);
+            };
+            // After the MMAs of the tile before the newest are done: its stage goes back to the
+            // producer (the newest tile's stage stays with mma_tail).
+            auto release = [&]() {
+                pipeline.consumer_release(smem_pipe_release);
+                ++smem_pipe_release;
+            };
+
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < size(accum); ++i) accum(i) = 0.0f;
+            if (k_tile_count <= 0) return;
+            // part0 is in flight at the top of every step, from before the loop or from the
+            // step before: one control-flow merge with MMAs in flight, as in CUTLASS's own
+            // mainloops, and each exit drains the tensor cores before leaving. (Branches that
+            // merged with different sets in flight made ptxas serialize every wgmma, C7514;
+            // this form leaves one wait ptxas adds before the loop, C7517: one drain per tile.)
+            issue(part0);
+            int remaining = k_tile_count - 1;
+            CUTLASS_PRAGMA_NO_UNROLL
+            while (true) {
+                warpgroup_fence_operand(part0);
+                warpgroup_fence_operand(part1);
+                if (remaining == 0) {
+                    warpgroup_wait<0>();
+                    promote(part0);
+                    break;
+                }
+                issue(part1);
+                warpgroup_wait<1>();
+                promote(part0);
+                release();
+                if (--remaining == 0) {
+                    warpgroup_wait<0>();
+                    promote(part1);
+                    break;
+                }
+                issue(part0);
+                warpgroup_wait<1>();
+                promote(part1);
+                release();
+                --remaining;
+            }
+        }
+    }
+
+    // The K loop in N slices (kSlices even): a batch = the MMAs of one K tile for one slice,
+    // slice s into part[s % 2]; after each batch the one before it is waited for and added
+    // into its columns of the accumulators; the last slice of a K tile is waited for before
+    // the next K tile (a short drain: one slice's batch).
+    template <class FrgTensorC>
+    CUTLASS_DEVICE void mma_sliced(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                                   int k_tile_count, int thread_idx, TensorStorage& shared_tensors) {
         using namespace cute;
         static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
-        Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
-        Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
-        constexpr int kWarpGroups = size(TiledMma{}) / NumThreadsPerWarpGroup;
-        Layout warp_groups = make_layout(Int<kWarpGroups>{}, Int<NumThreadsPerWarpGroup>{});
-        const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / NumThreadsPerWarpGroup, 0);
-        TiledMma tiled_mma;
-        auto thread_mma = tiled_mma.get_slice(warp_groups(warp_group));
-        Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
-        Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,MMA_N,MMA_K,PIPE)
-
-        Tensor part0 = make_fragment_like(accum);  // a K tile's partial sums, even tiles
-        Tensor part1 = make_fragment_like(accum);  // odd tiles
-        PipelineState smem_pipe_release = smem_pipe_read;
-
-        // The MMAs of the next K tile into part (overwritten: the first MMA scales it by 0).
-        auto issue = [&](auto& part) {
-            auto token = pipeline.consumer_try_wait(smem_pipe_read);
-            pipeline.consumer_wait(smem_pipe_read, token);
-            const int stage = smem_pipe_read.index();
-            warpgroup_fence_operand(part);
-            warpgroup_arrive();
-            tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-            CUTLASS_PRAGMA_UNROLL
-            for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
-                cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), part);
-                tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-            }
-            warpgroup_commit_batch();  // no fence on part here: it is in flight until a wait
-            ++smem_pipe_read;
-        };
-        // Adds a finished K tile's partial sums into the fp32 accumulators.
-        auto promote = [&](auto& part) {
-            warpgroup_fence_operand(part);
-            CUTLASS_PRAGMA_UNROLL
-            for (int i = 0; i < size(accum); ++i) accum(i) += part(i);
-        };
-        // After the MMAs of the tile before the newest are done: its stage goes back to the
-        // producer (the newest tile's stage stays with mma_tail).
-        auto release = [&]() {
-            pipeline.consumer_release(smem_pipe_release);
-            ++smem_pipe_release;
-        };
-
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) = 0.0f;
         if (k_tile_count <= 0) return;
-        // part0 is in flight at the top of every step, from before the loop or from the
-        // step before: one control-flow merge with MMAs in flight, as in CUTLASS's own
-        // mainloops, and each exit drains the tensor cores before leaving. (Branches that
-        // merged with different sets in flight made ptxas serialize every wgmma, C7514;
-        // this form leaves one wait ptxas adds before the loop, C7517: one drain per tile.)
-        issue(part0);
-        int remaining = k_tile_count - 1;
+        Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
+        Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
+        constexpr int kWarpGroups = size(SliceMma{}) / NumThreadsPerWarpGroup;
+        Layout warp_groups = make_layout(Int<kWarpGroups>{}, Int<NumThreadsPerWarpGroup>{});
+        const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / NumThreadsPerWarpGroup, 0);
+        SliceMma slice_mma;
+        auto thread_mma = slice_mma.get_slice(warp_groups(warp_group));
+        Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
+        Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,kSlices,MMA_K,PIPE)
+        static_assert(size<1>(tCrB) == kSlices, "one MMA of the slice's width per slice");
+        // a slice's partial sums: (MMA,MMA_M,1)
+        Tensor part0 = partition_fragment_C(slice_mma, Shape<Int<kTileM>, Int<kTileN / kSlices>>{});
+        Tensor part1 = make_fragment_like(part0);
+        constexpr int kSliceValues = decltype(size<0>(part0))::value;
+        static_assert(decltype(size<0>(accum))::value == kSliceValues * kSlices &&
+                          decltype(size<2>(accum))::value == 1,
+                      "the accumulators hold the slices' values one after another");
+        PipelineState smem_pipe_release = smem_pipe_read;
+
+        auto issue = [&](auto& part, int stage, int slice) {
+            warpgroup_fence_operand(part);
+            warpgroup_arrive();
+            slice_mma.accumulate_ = GMMA::ScaleOut::Zero;
+            CUTLASS_PRAGMA_UNROLL
+            for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+                Tensor b = tCrB(_, slice, k_block, stage);  // (MMA)
+                cute::gemm(slice_mma, tCrA(_, _, k_block, stage), make_tensor(b.data(), append<2>(b.layout())), part);
+                slice_mma.accumulate_ = GMMA::ScaleOut::One;
+            }
+            warpgroup_commit_batch();
+        };
+        auto promote = [&](auto& part, int slice) {
+            warpgroup_fence_operand(part);
+            CUTLASS_PRAGMA_UNROLL
+            for (int m = 0; m < size<1>(part); ++m) {
+                CUTLASS_PRAGMA_UNROLL
+                for (int i = 0; i < kSliceValues; ++i) accum(slice * kSliceValues + i, m, 0) += part(i, m, 0);
+            }
+            warpgroup_fence_operand(part);  // the additions stay before the next issue or release
+        };
+        auto acquire = [&]() {
+            auto token = pipeline.consumer_try_wait(smem_pipe_read);
+            pipeline.consumer_wait(smem_pipe_read, token);
+            return smem_pipe_read.index();
+        };
+        // Slices 1 .. kSlices-1 of the K tile in `stage`, slice 0 in flight in part0: each
+        // batch issued, then the one before it waited for and added. Leaves the last slice
+        // (part1) in flight.
+        auto rest = [&](int stage) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int s = 1; s < kSlices; ++s) {
+                if (s % 2) {
+                    issue(part1, stage, s);
+                    warpgroup_wait<1>();
+                    promote(part0, s - 1);
+                } else {
+                    issue(part0, stage, s);
+                    warpgroup_wait<1>();
+                    promote(part1, s - 1);
+                }
+            }
+        };
+
+        // One K tile a step, nothing in flight across steps: ptxas serialized every wgmma
+        // (C7514) in each form tried that carried a batch in flight over the loop's back
+        // edge with sliced sets. The drain at the end of a K tile waits for its last slice
+        // only, and the other consumer warp group's MMAs can fill it.
         CUTLASS_PRAGMA_NO_UNROLL
-        while (true) {
-            warpgroup_fence_operand(part0);
-            warpgroup_fence_operand(part1);
-            if (remaining == 0) {
-                warpgroup_wait<0>();
-                promote(part0);
-                break;
+        for (int t = 0; t < k_tile_count; ++t) {
+            const int stage = acquire();
+            issue(part0, stage, 0);
+            rest(stage);
+            warpgroup_wait<0>();
+            promote(part1, kSlices - 1);
+            if (t > 0) {  // the K tile before; this one's stage stays with mma_tail
+                pipeline.consumer_release(smem_pipe_release);
+                ++smem_pipe_release;
             }
-            issue(part1);
-            warpgroup_wait<1>();
-            promote(part0);
-            release();
-            if (--remaining == 0) {
-                warpgroup_wait<0>();
-                promote(part1);
-                break;
-            }
-            issue(part0);
-            warpgroup_wait<1>();
-            promote(part1);
-            release();
-            --remaining;
+            ++smem_pipe_read;
         }
     }
 };
