@@ -7,13 +7,15 @@ compiled variant (every kernel that supports the problem, by name), and of torch
 ratios and their geomean over the aligned shapes. Timing: CUDA events around each run,
 L2 flushed before each (a 512 MiB write, which also keeps the GPU busy while the host
 issues the launch), median of --repeat after warm-up. Inputs uniform in [-1, 1).
-Also the host overhead of one td.gemm call on torch tensors.
+Also the host overhead of one td.gemm call on torch tensors, and a chain of back-to-back
+2048³ GEMMs (programmatic dependent launch; compare a run with TILEDISPATCH_NO_PDL=1).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 
@@ -157,6 +159,31 @@ def host_overhead(d) -> tuple:
     return host, kernel_us, host_td, host_torch
 
 
+def chain_us(n=2048, calls=200, rounds=15) -> dict:
+    """µs a GEMM of back-to-back calls (n³ bf16, the output alternating between two
+    tensors) timed by one pair of events around the chain, td.gemm and torch.matmul taking
+    turns: what a programmatic dependent launch overlaps (compare with TILEDISPATCH_NO_PDL=1)."""
+    a, b = operands(n, n, n, DType.BF16)
+    outs = [torch.empty(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    fns = {"td.gemm": lambda i: td.gemm(a, b, out=outs[i & 1]),
+           "torch.matmul": lambda i: torch.matmul(a, b, out=outs[i & 1])}
+    times = {name: [] for name in fns}
+    for fn in fns.values():
+        for i in range(20):
+            fn(i)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for i in range(calls):
+                fn(i)
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1e3 / calls)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp8_e4m3"])
@@ -177,6 +204,14 @@ def main() -> int:
     except td.UnsupportedProblemError:
         host, kernel_us, host_td, host_torch = {}, 0.0, None, None
         print("host: not measured (no kernel of this build takes the bf16 256^3 problem)", flush=True)
+    try:
+        chain = chain_us()
+        pdl = "off (TILEDISPATCH_NO_PDL)" if os.environ.get("TILEDISPATCH_NO_PDL") else "on"
+        print(f"chain of 200 back-to-back 2048^3 bf16 GEMMs: td.gemm {chain['td.gemm']:.2f} us a GEMM, "
+              f"torch.matmul {chain['torch.matmul']:.2f} (programmatic dependent launch {pdl})", flush=True)
+    except td.UnsupportedProblemError:
+        chain = {}
+        print("chain: not measured (no kernel of this build takes the bf16 2048^3 problem)", flush=True)
     stream = torch.cuda.current_stream().cuda_stream
     named_only = {k.name for k in d.kernels if getattr(k, "named_only", False)}
     rows, records, failures = [], [], []
@@ -273,21 +308,22 @@ def main() -> int:
 
     # split-K counts of the stream-K kernels on skinny and long-K shapes
     if "bf16" in args.dtypes and args.shapes == "suite" and args.knobs:
-        print("\nstream-K split sweep (bf16; TFLOP/s by splits, 0 = CUTLASS heuristic)")
-        for M, N, K in [(512, 512, 65536), (128, 4096, 14336), (16, 6144, 4096), (1000, 1000, 1000), (2304, 2304, 2304)]:
+        print("\nstream-K split sweep (bf16; TFLOP/s by splits, 0 = the kernel's choice: its own split count or CUTLASS's heuristic)")
+        for M, N, K in [(512, 512, 65536), (256, 256, 65536), (128, 4096, 14336), (16, 6144, 4096), (1000, 1000, 1000),
+                        (2304, 2304, 2304)]:
             a, b = operands(M, N, K, DType.BF16)
             c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
             sk = [k for k in d.kernels if k.dtype is DType.BF16 and k.layout.key == "rcr" and k.variant.key == "stream_k"]
             fns = {}
             for k in sk:
-                for splits in (0, 2, 4, 8, 16):
+                for splits in (0, 2, 4, 8, 16, 32):
                     p = td.GemmProblem(M, N, K, DType.BF16, "rcr", a.stride(0), b.stride(1), c.stride(0), splits=splits)
                     fns[(k.name, splits)] = lambda p=p, k=k: d.run(p, a.data_ptr(), b.data_ptr(), c.data_ptr(),
                                                                    kernel=k.name, stream=stream, timed=False)
             times = timer.many(fns)
             flops = 2.0 * M * N * K
             for k in sk:
-                cells = "  ".join(f"{z}:{flops / (times[(k.name, z)] * 1e-3) / 1e12:5.0f}" for z in (0, 2, 4, 8, 16))
+                cells = "  ".join(f"{z}:{flops / (times[(k.name, z)] * 1e-3) / 1e12:5.0f}" for z in (0, 2, 4, 8, 16, 32))
                 print(f"  {M}x{N}x{K} {k.name}\n    {cells}", flush=True)
             records.append({"shape": [M, N, K], "splits": {f"{n},{z}": flops / (t * 1e-3) / 1e12
                                                              for (n, z), t in times.items()}})
@@ -347,7 +383,8 @@ def main() -> int:
         print(f"    {label:40s} burst {h['burst_us']:.1f} us{sync}{fastest}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "failures": failures, "knob_sweep": records, "host_us": host_td, "host": host, "torch_host_us": host_torch, "kernel_us": kernel_us}, f, indent=1)
+            json.dump({"rows": rows, "failures": failures, "knob_sweep": records, "host_us": host_td, "host": host,
+                       "torch_host_us": host_torch, "kernel_us": kernel_us, "chain_us": chain}, f, indent=1)
     return 0
 
 

@@ -21,10 +21,13 @@ inline int launch_failed(std::string why, cudaError_t pending) {
     return fail(TD_ERROR, why);
 }
 
+// pdl: a programmatic dependent launch (launch.cuh), for kernels compiled with
+// CUTLASS_ENABLE_GDC_FOR_SM90, whose load warps wait for the kernel before them
+// (griddepcontrol.wait) before they read global memory. Never for a kernel without it.
 template <class Op>
-int cutlass_run(Op& op, cudaStream_t stream) {
+int cutlass_run(Op& op, cudaStream_t stream, bool pdl = false) {
     const cudaError_t pending = cudaGetLastError();
-    if (op.run(stream) == cutlass::Status::kSuccess) return TD_OK;
+    if (op.run(stream, nullptr, pdl) == cutlass::Status::kSuccess) return TD_OK;
     const dim3 grid = Op::get_grid_shape(op.params());
     return launch_failed("kernel launch failed (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) +
                              "x" + std::to_string(grid.z) + ")",
@@ -32,12 +35,13 @@ int cutlass_run(Op& op, cudaStream_t stream) {
 }
 
 template <class Op>
-int cutlass_start(Op& op, const typename Op::Arguments& args, void* workspace, cudaStream_t stream) {
+int cutlass_start(Op& op, const typename Op::Arguments& args, void* workspace, cudaStream_t stream,
+                  bool pdl = false) {
     if (op.can_implement(args) != cutlass::Status::kSuccess)
         return fail(TD_REJECTED, "CUTLASS cannot implement this problem with this kernel");
     if (op.initialize(args, workspace, stream) != cutlass::Status::kSuccess)
         return fail(TD_ERROR, std::string("CUTLASS initialize failed: ") + cudaGetErrorString(cudaGetLastError()));
-    return cutlass_run(op, stream);
+    return cutlass_run(op, stream, pdl);
 }
 
 }  // namespace td::cuda

@@ -20,6 +20,17 @@
 #ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
+// A variant compiled with CUTLASS_ENABLE_GDC_FOR_SM90 (the emitter defines it for every
+// data-parallel GEMM; CUTLASS 4.2's stream-K scheduler does not compile with it) waits for
+// the kernel before it in the stream (griddepcontrol.wait in CUTLASS's load warps) before
+// it reads global memory; its consumers write only after those loads. So it is launched as
+// a programmatic dependent (launch.cuh): its prologue (barriers, descriptor prefetch) runs
+// while the kernel before it finishes. TILEDISPATCH_NO_PDL=1 launches the usual way.
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+#define TD_GEMM_GDC true
+#else
+#define TD_GEMM_GDC false
+#endif
 
 #include <cuda_runtime.h>
 
@@ -38,6 +49,7 @@
 #include "cutlass/util/packed_stride.hpp"
 #include "cuda/cutlass_start.cuh"
 #include "cuda/fp8_mainloop.cuh"
+#include "cuda/launch.cuh"
 #include "dispatcher.hpp"
 #include "tiledispatch/device.hpp"
 #include "tiledispatch/kernel.hpp"
@@ -158,13 +170,14 @@ struct Sm90Gemm {
     // Split-K count when the caller gives none: with few output tiles and a long K loop,
     // split each tile's K over the idle SMs (bench/gemm.py on the H200: 512x512x65536
     // went from 355 TFLOP/s under CUTLASS's heuristic to 500 with 8 splits, 1000^3 from
-    // 120 to 130 with 2); otherwise CUTLASS's own stream-K heuristic.
+    // 120 to 130 with 2); otherwise CUTLASS's own stream-K heuristic. Up to 32 splits: at
+    // 256x256x65536 (4 tiles of 128x128) 8 splits ran 0.56x cuBLAS, 32 0.84x (2026-12-01).
     static int auto_splits(const Plan& s, int sms) {
         const int64_t tiles = ((s.M + TM - 1) / TM) * ((s.N + TN - 1) / TN);
         const int64_t iters = (s.K + TK - 1) / TK;
         if (tiles * 2 > sms || iters < 16) return 0;
         int splits = 1;
-        while (splits * 2 <= 8 && tiles * splits * 2 <= sms && iters / (splits * 2) >= 8) splits *= 2;
+        while (splits * 2 <= 32 && tiles * splits * 2 <= sms && iters / (splits * 2) >= 8) splits *= 2;
         return splits > 1 ? splits : 0;
     }
 
@@ -252,9 +265,12 @@ struct Sm90Gemm {
     // kernels where CUTLASS's own launch of the same parameters works (H200, 2026-12-01:
     // stream-K deterministic 128x128 c1x2 at 2048^3, the second call); the launch then goes
     // through CUTLASS's run(), for that entry from then on. Cause not found.
+    static_assert(!(TD_GEMM_GDC && Streamk), "stream-K kernels are not built for programmatic dependent launch");
+    static bool pdl() { return TD_GEMM_GDC && pdl_wanted(); }
+
     struct Last;
     static int relaunch(Last& last, cudaStream_t stream) {
-        if (!last.own_launch) return cutlass_run(last.gemm, stream);
+        if (!last.own_launch) return cutlass_run(last.gemm, stream, pdl());
         const cudaError_t pending = cudaGetLastError();  // as cutlass_run: a stale error is not ours
         const Gemm& gemm = last.gemm;
         auto& params = gemm.params();
@@ -263,20 +279,22 @@ struct Sm90Gemm {
         config.blockDim = Kernel::get_block_shape();
         config.dynamicSmemBytes = Kernel::SharedStorageSize;
         config.stream = stream;
-        cudaLaunchAttribute cluster[1];
-        cluster[0].id = cudaLaunchAttributeClusterDimension;
-        cluster[0].val.clusterDim.x = CM;
-        cluster[0].val.clusterDim.y = CN;
-        cluster[0].val.clusterDim.z = 1;
-        config.attrs = cluster;
-        config.numAttrs = CM * CN > 1 ? 1 : 0;
+        cudaLaunchAttribute attrs[2];
+        attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[0].val.programmaticStreamSerializationAllowed = pdl() ? 1 : 0;
+        attrs[1].id = cudaLaunchAttributeClusterDimension;
+        attrs[1].val.clusterDim.x = CM;
+        attrs[1].val.clusterDim.y = CN;
+        attrs[1].val.clusterDim.z = 1;
+        config.attrs = attrs;
+        config.numAttrs = CM * CN > 1 ? 2 : 1;
         void* args[] = {const_cast<void*>(static_cast<const void*>(&params))};
         const cudaError_t err =
             cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args);
         if (err == cudaSuccess) return TD_OK;
         cudaGetLastError();  // the refused launch's error is handled here
         last.own_launch = false;
-        if (cutlass_run(last.gemm, stream) == TD_OK) return TD_OK;
+        if (cutlass_run(last.gemm, stream, pdl()) == TD_OK) return TD_OK;
         return launch_failed(std::string("kernel launch failed: ") + cudaGetErrorString(err), pending);
     }
 
@@ -352,7 +370,8 @@ struct Sm90Gemm {
             next_slot = (next_slot + 1) % kRecent;
             last.valid = false;
             last.own_launch = true;
-            if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream))
+            if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream,
+                                       pdl()))
                 return st;
             if (reusable) {
                 last.p = p;
