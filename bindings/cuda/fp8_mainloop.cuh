@@ -118,6 +118,21 @@ struct CollectiveMma<td::cuda::Fp8TwoBufferPolicy<Stages, ClusterShape, KernelSc
                            cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>>{}));
     static_assert(kSlices > 1 || std::is_same_v<SliceMma, TiledMma_>, "one slice is the builder's own MMA");
 
+    // The shared-memory operands as `mma`'s descriptor fragments for this thread's warp
+    // group: (A (MMA,MMA_M,MMA_K,PIPE), B (MMA,MMA_N,MMA_K,PIPE)).
+    template <class Mma>
+    CUTLASS_DEVICE static auto operand_fragments(Mma const& mma, TensorStorage& shared_tensors, int thread_idx) {
+        using namespace cute;
+        Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
+        Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
+        constexpr int kWarpGroups = size(Mma{}) / NumThreadsPerWarpGroup;
+        Layout warp_groups = make_layout(Int<kWarpGroups>{}, Int<NumThreadsPerWarpGroup>{});
+        const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / NumThreadsPerWarpGroup, 0);
+        auto thread_mma = mma.get_slice(warp_groups(warp_group));
+        return make_tuple(thread_mma.make_fragment_A(thread_mma.partition_A(sA)),
+                          thread_mma.make_fragment_B(thread_mma.partition_B(sB)));
+    }
+
     template <class FrgTensorC>
     CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                             int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
@@ -126,15 +141,10 @@ struct CollectiveMma<td::cuda::Fp8TwoBufferPolicy<Stages, ClusterShape, KernelSc
         } else {
             using namespace cute;
             static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
-            Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
-            Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
-            constexpr int kWarpGroups = size(TiledMma{}) / NumThreadsPerWarpGroup;
-            Layout warp_groups = make_layout(Int<kWarpGroups>{}, Int<NumThreadsPerWarpGroup>{});
-            const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / NumThreadsPerWarpGroup, 0);
             TiledMma tiled_mma;
-            auto thread_mma = tiled_mma.get_slice(warp_groups(warp_group));
-            Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
-            Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,MMA_N,MMA_K,PIPE)
+            auto fragments = operand_fragments(tiled_mma, shared_tensors, thread_idx);
+            auto& tCrA = get<0>(fragments);  // (MMA,MMA_M,MMA_K,PIPE)
+            auto& tCrB = get<1>(fragments);  // (MMA,MMA_N,MMA_K,PIPE)
 
             Tensor part0 = make_fragment_like(accum);  // a K tile's partial sums, even tiles
             Tensor part1 = make_fragment_like(accum);  // odd tiles
@@ -218,16 +228,11 @@ struct CollectiveMma<td::cuda::Fp8TwoBufferPolicy<Stages, ClusterShape, KernelSc
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) = 0.0f;
         if (k_tile_count <= 0) return;
-        Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
-        Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
-        constexpr int kWarpGroups = size(SliceMma{}) / NumThreadsPerWarpGroup;
-        Layout warp_groups = make_layout(Int<kWarpGroups>{}, Int<NumThreadsPerWarpGroup>{});
-        const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / NumThreadsPerWarpGroup, 0);
         SliceMma slice_mma;
-        auto thread_mma = slice_mma.get_slice(warp_groups(warp_group));
-        Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
-        Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,kSlices,MMA_K,PIPE)
-        static_assert(size<1>(tCrB) == kSlices, "one MMA of the slice's width per slice");
+        auto fragments = operand_fragments(slice_mma, shared_tensors, thread_idx);
+        auto& tCrA = get<0>(fragments);  // (MMA,MMA_M,MMA_K,PIPE)
+        auto& tCrB = get<1>(fragments);  // (MMA,kSlices,MMA_K,PIPE)
+        static_assert(decltype(size<1>(tCrB))::value == kSlices, "one MMA of the slice's width per slice");
         // a slice's partial sums: (MMA,MMA_M,1)
         Tensor part0 = partition_fragment_C(slice_mma, Shape<Int<kTileM>, Int<kTileN / kSlices>>{});
         Tensor part1 = make_fragment_like(part0);
