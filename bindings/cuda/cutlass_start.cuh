@@ -21,13 +21,24 @@ inline int launch_failed(std::string why, cudaError_t pending) {
     return fail(TD_ERROR, why);
 }
 
+// The operator's launch: GEMM adapters take a programmatic-dependent-launch flag, the
+// convolution adapter does not (and is never launched that way).
+template <class Op>
+auto run_operator(Op& op, cudaStream_t stream, bool pdl, int) -> decltype(op.run(stream, nullptr, pdl)) {
+    return op.run(stream, nullptr, pdl);
+}
+template <class Op>
+cutlass::Status run_operator(Op& op, cudaStream_t stream, bool, long) {
+    return op.run(stream);
+}
+
 // pdl: a programmatic dependent launch (launch.cuh), for kernels compiled with
 // CUTLASS_ENABLE_GDC_FOR_SM90, whose load warps wait for the kernel before them
 // (griddepcontrol.wait) before they read global memory. Never for a kernel without it.
 template <class Op>
 int cutlass_run(Op& op, cudaStream_t stream, bool pdl = false) {
     const cudaError_t pending = cudaGetLastError();
-    if (op.run(stream, nullptr, pdl) == cutlass::Status::kSuccess) return TD_OK;
+    if (run_operator(op, stream, pdl, 0) == cutlass::Status::kSuccess) return TD_OK;
     const dim3 grid = Op::get_grid_shape(op.params());
     return launch_failed("kernel launch failed (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) +
                              "x" + std::to_string(grid.z) + ")",
