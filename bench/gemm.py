@@ -184,6 +184,26 @@ def chain_us(n=2048, calls=200, rounds=15) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def split_sweep(d, timer, stream, dtype, shape, kernels, splits, label, width, digits) -> dict:
+    """TFLOP/s of each kernel at each split count (the problem's `splits`), timed together;
+    prints a line a kernel and returns {"kernel,splits": TFLOP/s}."""
+    M, N, K = shape
+    a, b = operands(M, N, K, dtype)
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16 if dtype.nbytes == 1 else TORCH[dtype])
+    fns = {}
+    for k in kernels:
+        for z in splits:
+            p = td.GemmProblem(M, N, K, dtype, "rcr", a.stride(0), b.stride(1), c.stride(0), splits=z)
+            fns[(k.name, z)] = lambda p=p, k=k: d.run(p, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                      kernel=k.name, stream=stream, timed=False)
+    times = timer.many(fns)
+    tflops = {key: 2.0 * M * N * K / (t * 1e-3) / 1e12 for key, t in times.items()}
+    for k in kernels:
+        cells = "  ".join(f"{z}:{tflops[(k.name, z)]:{width}.{digits}f}" for z in splits)
+        print(f"  {label}{M}x{N}x{K} {k.name}\n    {cells}", flush=True)
+    return {f"{n},{z}": v for (n, z), v in tflops.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp8_e4m3"])
@@ -309,50 +329,21 @@ def main() -> int:
     # split-K counts of the stream-K kernels on skinny and long-K shapes
     if "bf16" in args.dtypes and args.shapes == "suite" and args.knobs:
         print("\nstream-K split sweep (bf16; TFLOP/s by splits, 0 = the kernel's choice: its own split count or CUTLASS's heuristic)")
-        for M, N, K in [(512, 512, 65536), (256, 256, 65536), (128, 4096, 14336), (16, 6144, 4096), (1000, 1000, 1000),
-                        (2304, 2304, 2304)]:
-            a, b = operands(M, N, K, DType.BF16)
-            c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        for shape in [(512, 512, 65536), (256, 256, 65536), (128, 4096, 14336), (16, 6144, 4096), (1000, 1000, 1000),
+                      (2304, 2304, 2304)]:
             sk = [k for k in d.kernels if k.dtype is DType.BF16 and k.layout.key == "rcr" and k.variant.key == "stream_k"]
-            fns = {}
-            for k in sk:
-                for splits in (0, 2, 4, 8, 16, 32):
-                    p = td.GemmProblem(M, N, K, DType.BF16, "rcr", a.stride(0), b.stride(1), c.stride(0), splits=splits)
-                    fns[(k.name, splits)] = lambda p=p, k=k: d.run(p, a.data_ptr(), b.data_ptr(), c.data_ptr(),
-                                                                   kernel=k.name, stream=stream, timed=False)
-            times = timer.many(fns)
-            flops = 2.0 * M * N * K
-            for k in sk:
-                cells = "  ".join(f"{z}:{flops / (times[(k.name, z)] * 1e-3) / 1e12:5.0f}" for z in (0, 2, 4, 8, 16, 32))
-                print(f"  {M}x{N}x{K} {k.name}\n    {cells}", flush=True)
-            records.append({"shape": [M, N, K], "splits": {f"{n},{z}": flops / (t * 1e-3) / 1e12
-                                                             for (n, z), t in times.items()}})
-            del a, b, c
+            by_split = split_sweep(d, timer, stream, DType.BF16, shape, sk, (0, 2, 4, 8, 16, 32), "", 5, 0)
+            records.append({"shape": list(shape), "splits": by_split})
 
     # split counts of the skinny kernels (our decode GEMM) on decode shapes
     if args.knobs and args.shapes in ("suite", "decode"):
         print("\nskinny split sweep (TFLOP/s by splits, 0 = the kernel's choice)")
         for dtype in (DType.parse(x) for x in args.dtypes):
-            for M, N, K in [(16, 6144, 4096), (1, 4096, 4096), (64, 28672, 4096), (16, 4096, 4096)]:
-                a, b = operands(M, N, K, dtype)
-                c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16 if dtype.nbytes == 1 else TORCH[dtype])
+            for shape in [(16, 6144, 4096), (1, 4096, 4096), (64, 28672, 4096), (16, 4096, 4096)]:
                 sk = [k for k in d.kernels if k.dtype is dtype and k.knobs.algorithm == "skinny"]
-                fns = {}
-                for k in sk:
-                    for splits in (0, 1, 2, 4, 8):
-                        p = td.GemmProblem(M, N, K, dtype, "rcr", a.stride(0), b.stride(1), c.stride(0), splits=splits)
-                        fns[(k.name, splits)] = lambda p=p, k=k: d.run(p, a.data_ptr(), b.data_ptr(), c.data_ptr(),
-                                                                       kernel=k.name, stream=stream, timed=False)
-                if not fns:
-                    continue
-                times = timer.many(fns)
-                flops = 2.0 * M * N * K
-                for k in sk:
-                    cells = "  ".join(f"{z}:{flops / (times[(k.name, z)] * 1e-3) / 1e12:6.1f}" for z in (0, 1, 2, 4, 8))
-                    print(f"  {dtype.key} {M}x{N}x{K} {k.name}\n    {cells}", flush=True)
-                records.append({"dtype": dtype.key, "shape": [M, N, K], "skinny_splits": {
-                    f"{n},{z}": flops / (t * 1e-3) / 1e12 for (n, z), t in times.items()}})
-                del a, b, c
+                if sk:
+                    by_split = split_sweep(d, timer, stream, dtype, shape, sk, (0, 1, 2, 4, 8), f"{dtype.key} ", 6, 1)
+                    records.append({"dtype": dtype.key, "shape": list(shape), "skinny_splits": by_split})
 
     print("\nsummary (ratio = TFLOP/s over torch in the same run)")
     if failures:

@@ -166,7 +166,6 @@ void extents(const TdGemmProblem& p, int64_t* a, int64_t* b, int64_t* c) {
     *c = (p.M - 1) * ldc + p.N;
 }
 
-
 struct DeviceBuffer {
     void* ptr = nullptr;
     ~DeviceBuffer() { device::release(ptr); }
