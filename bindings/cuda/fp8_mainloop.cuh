@@ -286,22 +286,39 @@ struct CollectiveMma<td::cuda::Fp8TwoBufferPolicy<Stages, ClusterShape, KernelSc
             }
         };
 
-        // One K tile a step, nothing in flight across steps: ptxas serialized every wgmma
-        // (C7514) in each form tried that carried a batch in flight over the loop's back
-        // edge with sliced sets. The drain at the end of a K tile waits for its last slice
-        // only, and the other consumer warp group's MMAs can fill it.
+        // Slice 0 of a K tile is in flight (part0) at the top of every step, from before the
+        // loop or from the step before; the last slice of a K tile (part1) stays in flight
+        // until the next K tile's slice 0 is issued, so the tensor cores never drain.
+        // The loop's shape is what ptxas accepts: with the first exit test below (never taken:
+        // `remaining` is at least 1 at the top) ptxas keeps every wgmma asynchronous; without it
+        // (the same steps, one exit) ptxas serialized every wgmma, C7514 "non wgmma
+        // instructions reading accumulator registers" (CUDA 13.0; -Xptxas -v says which).
+        int stage = acquire();
+        issue(part0, stage, 0);
+        ++smem_pipe_read;
+        int remaining = k_tile_count;  // K tiles whose slices 1.. are still to issue
         CUTLASS_PRAGMA_NO_UNROLL
-        for (int t = 0; t < k_tile_count; ++t) {
-            const int stage = acquire();
-            issue(part0, stage, 0);
-            rest(stage);
-            warpgroup_wait<0>();
-            promote(part1, kSlices - 1);
-            if (t > 0) {  // the K tile before; this one's stage stays with mma_tail
-                pipeline.consumer_release(smem_pipe_release);
-                ++smem_pipe_release;
+        while (true) {
+            warpgroup_fence_operand(part0);
+            warpgroup_fence_operand(part1);
+            if (remaining == 0) {  // not reached; see above
+                warpgroup_wait<0>();
+                promote(part0, 0);
+                break;
             }
+            rest(stage);
+            if (--remaining == 0) {
+                warpgroup_wait<0>();
+                promote(part1, kSlices - 1);
+                break;
+            }
+            stage = acquire();
+            issue(part0, stage, 0);
             ++smem_pipe_read;
+            warpgroup_wait<1>();
+            promote(part1, kSlices - 1);  // the K tile before: all its batches are done
+            pipeline.consumer_release(smem_pipe_release);  // its stage (the last K tile's stays with mma_tail)
+            ++smem_pipe_release;
         }
     }
 };
