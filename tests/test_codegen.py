@@ -99,7 +99,13 @@ def test_filter_globs_select_by_name():
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     every = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
     configs = [c for c in every if c.op == "gemm"]
-    assert len(configs) == 52  # 20 bf16 rcr (bench/RESULTS.md), their 20 fp16 twins, 12 others
+    assert len(configs) == 57  # 20 bf16 rcr (bench/RESULTS.md), their 20 fp16 twins, 17 others
+    fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
+    assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
+                          "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a",
+                          "gemm_fp8e4m3_rcr_standard_128x192x128_c1x1_coop_sm90a",
+                          "gemm_fp8e5m2_rcr_standard_128x256x128_c1x1_coop_sm90a",
+                          "gemm_fp8e5m2_rcr_standard_128x256x128_c2x1_coop_sm90a"}
     bf16 = {c.name for c in configs if c.dtype is DType.BF16 and c.layout is Layout.RCR}
     fp16 = {c.name for c in configs if c.dtype is DType.FP16}
     assert {n.replace("_bf16_", "_fp16_") for n in bf16} == fp16  # the bf16 table serves fp16
@@ -451,7 +457,7 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1]
-    assert len(fp8) == 9 and all(c.knobs.promote == 1 for c in fp8)  # 7 CUTLASS, 2 skinny
+    assert len(fp8) == 14 and all(c.knobs.promote == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name

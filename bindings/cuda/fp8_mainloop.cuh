@@ -20,11 +20,10 @@
 // have no room for two more full sets. There the MMAs of each K tile run in N slices (two
 // of 96 columns, or four of 64), a batch per slice, and the two partial sets are slice-sized
 // and alternate by batch: 96 + 2 x 48 or 128 + 2 x 32 registers. The sums are the same (each
-// K tile's partial sum added once, in order). The last slice of each K tile is waited for
-// before the next K tile: every form that kept a batch in flight across the K loop made
-// ptxas serialize every wgmma (C7514). Measured (bench/sweeps/sm90_fp8.yaml): correct, but
-// 5-9% slower than 128x128 on large shapes (4096^3 128x256 0.91x cuBLASLt against 0.96x);
-// faster only where K is short (8192x8192x256 1.01x against the default pick's 0.94x). Opt-in.
+// K tile's partial sum added once, in order), and one batch stays in flight across K tiles.
+// H200 (bench/RESULTS.md, seventeenth session): 128x256 1.01-1.08x cuBLASLt on the large and
+// prefill shapes against 0.95-1.04x for 128x128; kernels.yaml builds 128x256 and 128x192.
+// (The sixteenth session's form drained the last slice of every K tile: 5-9% slower.)
 //
 // It reuses everything of CUTLASS's fp8 collective (shared-memory layouts, TMA, pipeline,
 // arguments, can_implement) and replaces only the consumer's mma(): a policy type derived
