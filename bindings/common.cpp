@@ -90,7 +90,12 @@ static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, in
     const bool pingpong = k.schedule == 1;
     const double eff = pingpong ? std::min(0.9, 0.35 + 0.2 * area / 8192.0) : std::min(1.0, 0.6 + 0.4 * area / 32768.0);
     const double iter_time = tm * tn * tk / eff;  // one K step of one tile
-    const double tile_overhead = (pingpong ? 0.5 : 3.0) * iter_time;
+    // A tile's epilogue costs about three K steps (cooperative). Ping-pong hides it under the
+    // other warp group's mainloop, but no more of it than that mainloop's length: at
+    // K = 2 steps (fp8 8192x8192x256) the model picked 64x128 ping-pong at 0.93x cuBLASLt
+    // where 128x256 cooperative ran 1.05x (H200, bench/RESULTS.md, seventeenth session).
+    double tile_overhead = 3.0 * iter_time;
+    if (pingpong) tile_overhead = 0.5 * iter_time + std::max(0.0, tile_overhead - (double)iters * iter_time);
     const int64_t cluster_slots = std::max<int64_t>(1, sms / (cm * cn));
     const int64_t cluster_tiles = s.batch * cdiv(tiles_m, cm) * cdiv(tiles_n, cn);
     double cost;
