@@ -607,9 +607,10 @@ class CudaKnobs:
             out.append(f"cluster {self.cluster_m}x{self.cluster_n}: each side must be 1 or 2")
         if tn % 16 or not 16 <= tn <= 256:
             out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
-        want_k = 128 if dtype.nbytes == 1 else 64
-        if tk != want_k:
-            out.append(f"tile K must be {want_k} for {dtype.key} (128-byte rows of shared memory)")
+        want_k = (128,) if dtype.nbytes == 1 else (64, 128)
+        if tk not in want_k:
+            out.append(f"tile K must be {' or '.join(map(str, want_k))} for {dtype.key} "
+                       f"(128-byte rows of shared memory)")
         return out
 
     @staticmethod
