@@ -492,6 +492,27 @@ def test_bad_fp8_promote_names_file_and_line(text, message):
     assert str(info.value).startswith("kernels.yaml:7: ") and message in str(info.value), str(info.value)
 
 
+@pytest.mark.parametrize("text, message", [
+    # one 128-byte row of shared memory a K step for fp8, one or two for 16-bit
+    (FP8_GROUP.replace("128, 128, 128", "128, 128, 64"), "tile K must be 128 for fp8_e4m3"),
+    (FP8_GROUP.replace("fp8_e4m3", "bf16").replace("128, 128, 128", "128, 128, 32"),
+     "tile K must be 64 or 128 for bf16"),
+])
+def test_bad_tile_k_names_file_and_line(text, message):
+    with pytest.raises(ManifestError) as info:
+        expand(parse(text), ["sm_90a"])
+    assert str(info.value).startswith("kernels.yaml:5: ") and message in str(info.value), str(info.value)
+
+
+def test_16_bit_tiles_may_step_k_by_128():
+    """bf16 / fp16 CUTLASS tiles: K 64 (kernels.yaml) or 128 (bench/sweeps/sm90_bf16_k128.yaml,
+    measured slower); the name carries it."""
+    text = FP8_GROUP.replace("fp8_e4m3", "fp16")
+    names = [c.name for c in expand(parse(text), ["sm_90a"]).configs]
+    assert names == ["gemm_fp16_rcr_standard_128x128x128_c1x1_coop_sm90a"]
+    assert config_from_name(names[0]).tile == (128, 128, 128)
+
+
 def test_skinny_gemm_names_and_rules():
     """algorithm skinny (our decode GEMM): rcr, 16-bit or OCP fp8, tile [8|16|32|64, 16|32,
     warps x 32 (16-bit) or 64 (fp8) k]; its knobs are the tile alone."""
