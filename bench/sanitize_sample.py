@@ -4,12 +4,15 @@ import numpy as np
 import tiledispatch as td
 from tiledispatch import reference
 from tiledispatch.arrays import random
+from tiledispatch.codegen.model import fp8_tile_slices
 
 d = td.Dispatcher("gemm")
 rng = np.random.default_rng(1)
 sample = {}
 for k in d.kernels:
-    sliced = k.dtype.nbytes == 1 and k.tile[1] > 128  # fp8 mainloop in N slices
+    # our fp8 mainloop in N slices (bindings/cuda/fp8_mainloop.cuh) is a kind of its own
+    sliced = k.dtype.nbytes == 1 and k.knobs.algorithm == "cutlass" and k.knobs.promote == 1 and \
+        fp8_tile_slices(k.tile, k.knobs.schedule) > 1
     key = (k.knobs.algorithm, k.variant, k.knobs.schedule, k.knobs.pad, k.dtype.nbytes, sliced)
     sample.setdefault(key, k)
 for k in sample.values():

@@ -658,8 +658,7 @@ class CudaKnobs:
             out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")
         if (tm + tn) * tk * dtype.nbytes > 96 * 1024:
             out.append(f"tile {tm}x{tn}x{tk} needs more than 96 KiB of shared memory per stage")
-        if self.promote == 1 and dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and not fp8_slices(
-                (tm // 2 if self.schedule == "cooperative" else tm) * tn // 128, tn):
+        if self.promote == 1 and dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and not fp8_tile_slices(tile, self.schedule):
             out.append(f"fp8 tile {tm}x{tn} with promote tile: no N slicing leaves room for the two partial sets "
                        f"(bindings/cuda/fp8_mainloop.cuh)")
         if self.promote != 1 and dtype not in (DType.FP8_E4M3, DType.FP8_E5M2):
@@ -680,6 +679,13 @@ def fp8_slices(regs: int, n: int) -> int:
         if n % (8 * h) == 0 and regs + 2 * regs // h <= 192:
             return h
     return 0
+
+
+def fp8_tile_slices(tile, schedule: str) -> int:
+    """fp8_slices of a CUTLASS tile under a schedule: a cooperative tile's M is split over
+    two consumer warp groups, a ping-pong tile is one warp group's."""
+    tm, tn, _ = tile
+    return fp8_slices((tm // 2 if schedule == "cooperative" else tm) * tn // 128, tn)
 
 
 # --------------------------------------------------------------------------- hip knobs
