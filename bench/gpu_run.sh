@@ -69,6 +69,7 @@ if [[ "$what" == *" sweep64 "* ]]; then
 fi
 if [[ "$what" == *" select "* ]]; then
   step "tile engine: selection on held-out shapes (installed bf16 rcr kernels)"
+  export TILEDISPATCH_NO_SHIPPED_TUNING=1  # the new table alone, not merged with the shipped one
   python3 "$OLDPWD/bench/selection.py" --sweep "$OLDPWD/kernels.yaml" --filter 'gemm_bf16_rcr_*' --prebuilt \
     --train "$OLDPWD/bench/sweeps/sm90_train.yaml" --heldout "$OLDPWD/bench/sweeps/sm90_heldout.yaml" \
     --target sm_90a --repeat 10 --out /tmp/select 2>/tmp/select.err > "$OUT/select.log"

@@ -652,7 +652,9 @@ class CudaKnobs:
             out.append("CUTLASS runs stream-K only with the cooperative schedule")
         if self.schedule == "cooperative" and tm not in (128, 256):
             out.append(f"the cooperative schedule needs tile M 128 or 256, not {tm}")
-        if self.schedule == "pingpong" and tm != 64 and tm * tn > 128 * 128:
+        # A ping-pong warp group holds the whole tile: 128x192 is 192 fp32 accumulators a
+        # thread, compiled without spills (eighteenth session); 128x256 would not fit.
+        if self.schedule == "pingpong" and tm != 64 and tm * tn > 128 * 192:
             out.append(f"ping-pong tile {tm}x{tn} holds too many accumulators per warp group")
         if self.schedule == "pingpong" and tm not in (64, 128):
             out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")

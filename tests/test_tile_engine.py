@@ -129,6 +129,55 @@ def test_a_crashing_and_a_hanging_kernel_cost_one_kernel_each(swept, monkeypatch
     assert errors[names[2]] == "no answer within 5 s"
 
 
+def test_a_kernel_that_crashes_on_a_timed_run_costs_only_itself(swept, monkeypatch):
+    """A crash while the kernels are timed in rounds does not say which kernel crashed: the
+    runner sends the rest again, one kernel at a time, and only the crashing one is MISSING."""
+    out, report = swept
+    names = sorted(report["built"])
+    monkeypatch.setenv("TILEDISPATCH_TEST_CRASH_TIMED", names[1])
+    job = {"problem": {"op": "gemm", "M": 100, "N": 100, "K": 100, "dtype": "fp32", "layout": "rcr"},
+           "kernels": names, "verify": True, "repeat": 2}
+    results = runner.run([job], "cpu", out / "build", timeout=20)
+    status = {r["kernel"]: r["status"] for r in results}
+    assert status == {names[0]: "OK", names[1]: "MISSING", names[2]: "OK", names[3]: "OK"}
+    assert [r for r in results if r["kernel"] == names[1]][0]["error"] == "the worker process died"
+    assert all(r["latency_ms"] > 0 for r in results if r["status"] == "OK")
+
+
+class _RecordingDispatcher:
+    """Stands in for a Dispatcher in worker.measure: records which kernel ran when."""
+
+    def __init__(self, fail=None, unsupported=None):
+        self.calls, self.fail, self.unsupported = [], fail, unsupported
+
+    def is_supported(self, problem, name):
+        return name != self.unsupported
+
+    def run(self, problem, *args, kernel):
+        self.calls.append(kernel)
+        if kernel == self.fail and self.calls.count(kernel) > 2:  # after its two warm-up runs
+            raise RuntimeError("launch failed")
+        return 0.5 + len(self.calls) * 1e-3
+
+
+def test_the_worker_times_the_kernels_of_a_problem_in_rounds():
+    """Each kernel warmed up and checked in order, then one timed run of each per round
+    (so clock and thermal drift fall on all alike); an unsupported kernel never runs, one
+    that fails on a timed run is FAILED and leaves the rounds."""
+    from tiledispatch.tile_engine.worker import Case, measure
+    case = Case({"op": "gemm", "M": 32, "N": 16, "K": 8, "dtype": "fp32", "layout": "rcr"}, seed=1, verify=False,
+                rotate_mib=0)
+    d = _RecordingDispatcher(fail="c", unsupported="u")
+    said = []
+    results = measure(d, case, ["a", "u", "b", "c"], warmup=2, repeat=3, verify=False, say=said.append)
+    assert d.calls[:6] == ["a", "a", "b", "b", "c", "c"]  # warm-up, in order
+    assert d.calls[6:] == ["a", "b", "c", "a", "b", "a", "b"]  # rounds; c fails on its first timed run
+    assert [r["status"] for r in results] == ["OK", "UNSUPPORTED", "OK", "FAILED"]
+    assert results[3]["error"] == "launch failed"
+    assert results[0]["latency_ms"] == pytest.approx(0.5 + 10e-3)  # median of runs 7, 10, 12
+    assert said == [{"ready": n} for n in "aubc"] + [{"round": i} for i in range(3)]
+
+
 def test_the_dispatcher_reads_a_tuning_table_nearest_first(tmp_path, monkeypatch):
     d = td.Dispatcher("gemm", "cpu")
     problem = td.GemmProblem(2048, 2048, 2048)

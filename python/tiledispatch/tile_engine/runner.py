@@ -1,7 +1,8 @@
 """Phase 3: worker processes (one per device), batches on stdin, per-kernel timeouts.
 
 A worker that dies or stops answering costs the kernel it was running (MISSING); a new
-worker takes the rest of the batch.
+worker takes the rest of the batch. The kernels of one problem are timed in rounds (see
+worker.measure).
 """
 from __future__ import annotations
 
@@ -43,13 +44,20 @@ class Worker:
         self.proc = None
 
     def run_batch(self, batch: dict, timeout: float):
-        """Yields one result dict per kernel of the batch, MISSING for a crash or a hang."""
+        """Yields one result dict per kernel of the batch, MISSING for a crash or a hang.
+
+        The worker prepares the kernels in order ({"ready": name} after each), then times
+        them in rounds. A crash or a hang while preparing costs the kernel being prepared;
+        one while timing (which kernel is not known) sends the rest of the batch again, to
+        be timed one kernel after another, where a crash costs the kernel being timed."""
         pending = list(batch["kernels"])
+        interleave = batch.get("interleave", True)
         while pending:
             if self.proc is None or self.proc.poll() is not None:
                 self.start()
-            self.proc.stdin.write(json.dumps({**batch, "kernels": pending}) + "\n")
+            self.proc.stdin.write(json.dumps({**batch, "kernels": pending, "interleave": interleave}) + "\n")
             self.proc.stdin.flush()
+            ready = 0  # kernels of `pending` the worker has prepared (and not yet reported)
             while pending:
                 try:
                     line = self.lines.get(timeout=timeout)
@@ -58,17 +66,27 @@ class Worker:
                 else:
                     why = "the worker process died"
                 if line is None:
-                    yield {"kernel": pending.pop(0), "status": "MISSING", "latency_ms": None, "tflops": None,
-                           "max_rel": None, "error": why}
                     self.stop()
+                    if interleave and ready >= len(pending):  # while timing: time them one by one
+                        interleave = False
+                        break
+                    culprit = pending.pop(min(ready, len(pending) - 1) if interleave else 0)
+                    yield {"kernel": culprit, "status": "MISSING", "latency_ms": None, "tflops": None,
+                           "max_rel": None, "error": why}
                     break
                 result = json.loads(line)
+                if "ready" in result:
+                    ready += 1
+                    continue
+                if "round" in result:
+                    continue
                 if result.get("done"):
                     if "pick" in result:
                         yield {"pick": result["pick"], "model_pick": result.get("model_pick")}
                     break
                 if result["kernel"] == pending[0]:
                     pending.pop(0)
+                    ready = max(0, ready - 1)
                 yield result
             else:
                 try:

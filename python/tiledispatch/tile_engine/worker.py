@@ -1,8 +1,11 @@
 """A benchmark worker: `python -m tiledispatch.tile_engine.worker`.
 
 Reads one JSON batch per line on stdin — {"target", "problem", "kernels", "warmup",
-"repeat", "verify", "seed", "rotate_mib"} — and prints one JSON line per kernel — {"kernel", "status",
-"latency_ms", "tflops", "max_rel"} — then {"done": true}. Statuses: OK, ZERO (all outputs
+"repeat", "verify", "seed", "rotate_mib", "interleave"} — and prints one JSON line per kernel —
+{"kernel", "status", "latency_ms", "tflops", "max_rel"} — then {"done": true}. Before the
+results come progress lines: {"ready": name} as each kernel is checked and warmed up,
+{"round": i} after each round of timed runs. With "interleave" (the default) the kernels of
+the problem are timed in rounds, one run of each per round; without it, one after another. Statuses: OK, ZERO (all outputs
 zero where the reference is not), MISMATCH, FAILED (the call raised), UNSUPPORTED.
 On the cpu target, timed runs rotate over copies of the inputs (rotating buffers, at least
 rotate_mib MiB of them, default 64, at most 8 copies) so that a run does not find its
@@ -169,7 +172,9 @@ def _host_copy(tensor, like: np.ndarray) -> np.ndarray:
     return raw.view(like.dtype).reshape(like.shape)
 
 
-def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) -> dict:
+def _prepare(d, case: Case, name: str, warmup: int, verify: bool) -> dict:
+    """One kernel made ready to time: supported, run `warmup` times (at least once) into a
+    poisoned output, and that output checked against the reference when verifying."""
     from .. import reference
     out = {"kernel": name, "status": "OK", "latency_ms": None, "tflops": None, "max_rel": None}
     if os.environ.get("TILEDISPATCH_TEST_CRASH") == name:
@@ -181,19 +186,11 @@ def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) ->
             out["status"] = "UNSUPPORTED"
             return out
         case.poison()
-        for _ in range(warmup):
+        for _ in range(max(1, warmup)):
             d.run(case.problem, *case.args, kernel=name)
-        sets, times = case.sets, []
-        for i in range(max(1, repeat)):
-            if case.flush is not None:
-                case.flush()
-            times.append(d.run(case.problem, *sets[(i + 1) % len(sets)], kernel=name))
     except Exception as err:  # noqa: BLE001 - reported as FAILED
         out.update(status="FAILED", error=str(err))
         return out
-    ms = statistics.median(times)
-    out["latency_ms"] = ms
-    out["tflops"] = case.problem.flops / (ms * 1e-3) / 1e12 if ms > 0 else None
     if verify and case.ref is not None:
         ref, mag = case.ref
         host = case.result()
@@ -204,6 +201,41 @@ def measure(d, case: Case, name: str, warmup: int, repeat: int, verify: bool) ->
             zero = not np.any(got) and np.any(ref)
             out["status"] = "ZERO" if zero else "MISMATCH"
     return out
+
+
+def measure(d, case: Case, names: list, warmup: int, repeat: int, verify: bool, say=lambda line: None) -> list:
+    """Results of the kernels of one problem, timed in rounds: each round runs every ready
+    kernel once (after the L2 flush on a GPU), so that the device's clock and thermal drift
+    fall on all of them alike. Timed one after another, the first kernels of a problem got
+    the GPU that had idled while the problem was made: on the H200 the same 8192^3 kernel
+    ran 680-715 TFLOP/s under load and 760-785 after 200 ms idle (eighteenth session), which
+    put the 256x128 tiles 11% ahead in the tuning table where round-robin timing has them
+    4% behind. say(line) reports progress: {"ready": name} after each kernel's preparation,
+    {"round": i} after each round (the runner's per-line timeout and crash attribution)."""
+    results = []
+    for name in names:
+        results.append(_prepare(d, case, name, warmup, verify))
+        say({"ready": name})
+    ready = [r for r in results if r["status"] == "OK"]
+    times = {r["kernel"]: [] for r in ready}
+    for i in range(max(1, repeat)):
+        for r in list(ready):
+            if os.environ.get("TILEDISPATCH_TEST_CRASH_TIMED") == r["kernel"]:
+                os.abort()  # tests: a kernel that takes the process down on a timed run
+            try:
+                if case.flush is not None:
+                    case.flush()
+                times[r["kernel"]].append(d.run(case.problem, *case.sets[(i + 1) % len(case.sets)],
+                                                kernel=r["kernel"]))
+            except Exception as err:  # noqa: BLE001 - reported as FAILED
+                r.update(status="FAILED", error=str(err))
+                ready.remove(r)
+        say({"round": i})
+    for r in ready:
+        ms = statistics.median(times[r["kernel"]])
+        r["latency_ms"] = ms
+        r["tflops"] = case.problem.flops / (ms * 1e-3) / 1e12 if ms > 0 else None
+    return results
 
 
 def main() -> int:
@@ -219,11 +251,16 @@ def main() -> int:
             dispatchers[key] = Dispatcher(*key)
         case = Case(spec, batch.get("seed", 0), batch.get("verify", False), batch.get("rotate_mib", 64),
                     on_gpu=not dispatchers[key].on_host)
-        for name in batch["kernels"]:
-            result = measure(dispatchers[key], case, name, batch.get("warmup", 1), batch.get("repeat", 5),
-                             batch.get("verify", False))
-            result["timing"] = case.timing
-            print(json.dumps(result), flush=True)
+        say = lambda line: print(json.dumps(line), flush=True)  # noqa: E731
+        args = (batch.get("warmup", 1), batch.get("repeat", 5), batch.get("verify", False))
+        if batch.get("interleave", True):  # every kernel of the problem timed in rounds
+            groups = [batch["kernels"]]
+        else:  # one kernel at a time (the runner's fallback, to tell which kernel crashed)
+            groups = [[name] for name in batch["kernels"]]
+        for group in groups:
+            for result in measure(dispatchers[key], case, group, *args, say=say):
+                result["timing"] = case.timing
+                say(result)
         d = dispatchers[key]
         try:
             pick = d.select(case.problem)  # tuning tables first, then the cost model
