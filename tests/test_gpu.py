@@ -188,6 +188,8 @@ def test_the_cost_model_picks_the_wide_fp8_tiles_where_they_won():
 def test_misaligned_problems_are_served_or_refused_never_wrong(gen):
     d = td.Dispatcher("gemm", GPU)
     for dtype in (DType.BF16, DType.FP16):
+        if not any(k.dtype is dtype and k.layout.key == "rcr" for k in kernels()):
+            continue  # a build filtered to other dtypes (KERNEL_FILTER)
         problem = td.GemmProblem(4095, 4095, 4095, dtype, "rcr")
         name = d.select(problem)
         assert td.codegen.config_from_name(name).knobs.pad, name
