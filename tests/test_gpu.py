@@ -153,8 +153,8 @@ def test_skinny_kernels_refuse_what_they_cannot_read(gen):
 
 def test_the_cost_model_picks_the_skinny_kernel_for_decode_shapes():
     """M up to 16: the skinny kernel (B's bytes are the time); M 32 and 128: a CUTLASS kernel. By
-    the library's cost model and by the dispatcher (whose bf16 tuning table measured only
-    CUTLASS kernels: tile_engine/tuning.py lets a family it never measured compete)."""
+    the library's cost model and by the dispatcher (the shipped bf16 tuning table; fp8 has
+    none, so the cost model there too)."""
     if not skinny_kernels():
         pytest.skip("no skinny kernel in this build")
     d = td.Dispatcher("gemm", GPU)
