@@ -54,6 +54,9 @@ int64_t out_bytes(int dtype);
 // the H200 with L2 flushed, in the GPU model's units: a lower bound for a kernel's time.
 double gpu_dram_floor(const GemmShape& shape, int dtype);
 
+// A CUTLASS kernel's start and tail (3 us, as the skinny kernel's) in the same units.
+double gpu_kernel_start();
+
 int host_threads();
 
 // The workspace of one run: the caller's (TD_REJECTED when smaller than `need`) or, when
