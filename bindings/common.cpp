@@ -78,8 +78,9 @@ static double skinny_cost(const KernelInfo& k, const GemmShape& s, int64_t sms) 
 
 // GPU model (cuda sm90), fitted to bench/gemm.py on the H200 (2026-11-30): persistent CTAs,
 // one per SM, clusters scheduled together. Relative throughput of one K step: cooperative
-// 128x256 = 1, 128x128 = 0.8; ping-pong 64x128 = 0.55 per SM, but its epilogue hides
-// behind the next tile's mainloop (0.5 K steps per tile against 3 for cooperative).
+// 128x256 = 1, 128x128 = 0.8; ping-pong 64x128 = 0.55 per SM, 128x128 0.9 (below), but its
+// epilogue hides behind the next tile's mainloop (0.5 K steps per tile against 3 for
+// cooperative).
 // Stream-K balances K steps over the SMs and pays a fix-up for split tiles.
 static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, int64_t sms) {
     if (k.schedule == 2) return skinny_cost(k, s, sms);
