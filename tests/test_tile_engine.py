@@ -114,13 +114,17 @@ def test_bench_on_prebuilt_libraries_builds_nothing(swept, tmp_path):
                   log=lambda *a: None)
 
 
+def small_job(names):
+    return {"problem": {"op": "gemm", "M": 100, "N": 100, "K": 100, "dtype": "fp32", "layout": "rcr"},
+            "kernels": names, "verify": True, "repeat": 2}
+
+
 def test_a_crashing_and_a_hanging_kernel_cost_one_kernel_each(swept, monkeypatch):
     out, report = swept
     names = sorted(report["built"])
     monkeypatch.setenv("TILEDISPATCH_TEST_CRASH", names[0])
     monkeypatch.setenv("TILEDISPATCH_TEST_HANG", names[2])
-    job = {"problem": {"op": "gemm", "M": 100, "N": 100, "K": 100, "dtype": "fp32", "layout": "rcr"},
-           "kernels": names, "verify": True, "repeat": 2}
+    job = small_job(names)
     results = runner.run([job], "cpu", out / "build", timeout=5)
     status = {r["kernel"]: r["status"] for r in results}
     assert status == {names[0]: "MISSING", names[1]: "OK", names[2]: "MISSING", names[3]: "OK"}
@@ -135,8 +139,7 @@ def test_a_kernel_that_crashes_on_a_timed_run_costs_only_itself(swept, monkeypat
     out, report = swept
     names = sorted(report["built"])
     monkeypatch.setenv("TILEDISPATCH_TEST_CRASH_TIMED", names[1])
-    job = {"problem": {"op": "gemm", "M": 100, "N": 100, "K": 100, "dtype": "fp32", "layout": "rcr"},
-           "kernels": names, "verify": True, "repeat": 2}
+    job = small_job(names)
     results = runner.run([job], "cpu", out / "build", timeout=20)
     status = {r["kernel"]: r["status"] for r in results}
     assert status == {names[0]: "OK", names[1]: "MISSING", names[2]: "OK", names[3]: "OK"}
