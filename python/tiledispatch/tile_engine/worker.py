@@ -5,8 +5,9 @@ Reads one JSON batch per line on stdin — {"target", "problem", "kernels", "war
 {"kernel", "status", "latency_ms", "tflops", "max_rel"} — then {"done": true}. Before the
 results come progress lines: {"ready": name} as each kernel is checked and warmed up,
 {"round": i} after each round of timed runs. With "interleave" (the default) the kernels of
-the problem are timed in rounds, one run of each per round; without it, one after another. Statuses: OK, ZERO (all outputs
-zero where the reference is not), MISMATCH, FAILED (the call raised), UNSUPPORTED.
+the problem are timed in rounds, one run of each per round; without it, one after another.
+Statuses: OK, ZERO (all outputs zero where the reference is not), MISMATCH, FAILED (the
+call raised), UNSUPPORTED; only OK kernels are timed.
 On the cpu target, timed runs rotate over copies of the inputs (rotating buffers, at least
 rotate_mib MiB of them, default 64, at most 8 copies) so that a run does not find its
 operands in the cache the previous run left warm. On a GPU target the operands live in
