@@ -513,6 +513,20 @@ def test_16_bit_tiles_may_step_k_by_128():
     assert config_from_name(names[0]).tile == (128, 128, 128)
 
 
+def test_ping_pong_tiles_hold_at_most_128x192_accumulators():
+    """A ping-pong warp group holds its whole tile: 128x192 (192 fp32 accumulators a thread,
+    kernels.yaml) builds, 128x256 is refused with file and line; 64 rows take any N."""
+    text = FP8_GROUP.replace("fp8_e4m3", "bf16").replace("128, 128, 128", "TILE") + "    cuda: {schedule: pingpong}\n"
+    names = [c.name for c in expand(parse(text.replace("TILE", "128, 192, 64")), ["sm_90a"]).configs]
+    assert names == ["gemm_bf16_rcr_standard_128x192x64_c1x1_pp_sm90a"]
+    assert [c.name for c in expand(parse(text.replace("TILE", "64, 256, 64")), ["sm_90a"]).configs] == [
+        "gemm_bf16_rcr_standard_64x256x64_c1x1_pp_sm90a"]
+    with pytest.raises(ManifestError) as info:
+        expand(parse(text.replace("TILE", "128, 256, 64")), ["sm_90a"])
+    assert str(info.value).startswith("kernels.yaml:7: ")  # the cuda knobs' line
+    assert "ping-pong tile 128x256 holds too many accumulators per warp group" in str(info.value)
+
+
 def test_skinny_gemm_names_and_rules():
     """algorithm skinny (our decode GEMM): rcr, 16-bit or OCP fp8, tile [8|16|32|64, 16|32,
     warps x 32 (16-bit) or 64 (fp8) k]; its knobs are the tile alone."""
