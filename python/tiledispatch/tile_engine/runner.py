@@ -70,7 +70,7 @@ class Worker:
                     if interleave and ready >= len(pending):  # while timing: time them one by one
                         interleave = False
                         break
-                    culprit = pending.pop(min(ready, len(pending) - 1) if interleave else 0)
+                    culprit = pending.pop(ready if interleave else 0)  # the kernel being prepared, or timed
                     yield {"kernel": culprit, "status": "MISSING", "latency_ms": None, "tflops": None,
                            "max_rel": None, "error": why}
                     break
@@ -86,7 +86,7 @@ class Worker:
                     break
                 if result["kernel"] == pending[0]:
                     pending.pop(0)
-                    ready = max(0, ready - 1)
+                    ready -= 1  # a kernel's result always follows its ready line
                 yield result
             else:
                 try:

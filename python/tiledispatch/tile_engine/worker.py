@@ -252,7 +252,7 @@ def main() -> int:
             dispatchers[key] = Dispatcher(*key)
         case = Case(spec, batch.get("seed", 0), batch.get("verify", False), batch.get("rotate_mib", 64),
                     on_gpu=not dispatchers[key].on_host)
-        say = lambda line: print(json.dumps(line), flush=True)  # noqa: E731
+        say = lambda message: print(json.dumps(message), flush=True)  # noqa: E731
         args = (batch.get("warmup", 1), batch.get("repeat", 5), batch.get("verify", False))
         if batch.get("interleave", True):  # every kernel of the problem timed in rounds
             groups = [batch["kernels"]]
@@ -269,7 +269,7 @@ def main() -> int:
             model_pick = d.lib.name_call(fn, d._problem(case.problem))  # the cost model alone
         except Exception:  # noqa: BLE001 - no kernel for the problem: no pick
             pick = model_pick = None
-        print(json.dumps({"done": True, "pick": pick, "model_pick": model_pick}), flush=True)
+        say({"done": True, "pick": pick, "model_pick": model_pick})
     return 0
 
 
