@@ -131,6 +131,32 @@ static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, in
     return cost;
 }
 
+bool split_k_fits(int64_t K, int splits, int align) {
+    if (splits < 1 || splits > 64 || K % splits) return false;
+    return splits == 1 || (K / splits) % align == 0;
+}
+
+// The batch of `splits` K parts as the data-parallel model prices it, plus the sum: every
+// partial read once (from L2, where the GEMM just wrote it) and C written, at 3 TB/s, and
+// 1 us for the second kernel (launched as a programmatic dependent: its start overlaps the
+// GEMM's tail).
+double split_k_cost(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int splits, int64_t sms) {
+    const GemmShape batch{splits, M, N, K / splits};
+    const double sum_bytes = (double)M * N * (4.0 * splits + out_bytes(k.dtype));
+    return gpu_cost(k, batch, false, sms) + (sum_bytes / 3e12 + 1e-6) * kGpuUnitsPerSecond;
+}
+
+int split_k_auto(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int64_t sms, int align) {
+    int best = 1;
+    double best_cost = split_k_cost(k, M, N, K, 1, sms);
+    for (int splits = 2; splits <= 32; ++splits) {
+        if (!split_k_fits(K, splits, align) || K / splits < k.tile_k) continue;
+        const double cost = split_k_cost(k, M, N, K, splits, sms);
+        if (cost < best_cost) best = splits, best_cost = cost;
+    }
+    return best;
+}
+
 double predicted_cost(const KernelInfo& k, const GemmShape& s, bool streamk, int64_t workers,
                       int threads) {
     if (std::strncmp(table_target, "sm_", 3) == 0) return gpu_cost(k, s, streamk, threads);

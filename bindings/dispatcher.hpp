@@ -57,6 +57,14 @@ double gpu_dram_floor(const GemmShape& shape, int dtype);
 // A CUTLASS kernel's start and tail (3 us, as the skinny kernel's) in the same units.
 double gpu_kernel_start();
 
+// Split-K (GEMM variant 2, cuda/gemm_sm90.cuh): K cut into `splits` equal parts run as a
+// batch with fp32 partials, then summed. split_k_fits: whether `splits` (1..64) cuts K into
+// parts of a multiple of `align` elements. split_k_cost: the GPU model's time of that run,
+// the sum included. split_k_auto: the count in 1..32 the model rates fastest.
+bool split_k_fits(int64_t K, int splits, int align);
+double split_k_cost(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int splits, int64_t sms);
+int split_k_auto(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int64_t sms, int align);
+
 int host_threads();
 
 // The workspace of one run: the caller's (TD_REJECTED when smaller than `need`) or, when

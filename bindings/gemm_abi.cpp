@@ -71,7 +71,14 @@ TdGemmProblem legacy_problem(int64_t M, int64_t N, int64_t K) {
 // it the model alone is within 5% of the best on 848, without on 769).
 double cost_of(const TdGemmProblem& p, const KernelInfo& k, int workers) {
     const GemmShape shape{1, p.M, p.N, p.K};
-    double cost = predicted_cost(k, shape, k.variant == 1, p.splits > 0 ? p.splits : workers, workers);
+    double cost;
+    if (k.variant == 2) {  // split-K (sm_90a only): the count the kernel will run
+        const int align = (int)(16 / in_bytes(k.dtype));
+        const int splits = p.splits > 0 ? p.splits : split_k_auto(k, p.M, p.N, p.K, workers, align);
+        cost = split_k_cost(k, p.M, p.N, p.K, split_k_fits(p.K, splits, align) ? splits : 1, workers);
+    } else {
+        cost = predicted_cost(k, shape, k.variant == 1, p.splits > 0 ? p.splits : workers, workers);
+    }
     if (std::strncmp(table_target, "sm_", 3) != 0 || k.schedule == 2) return cost;
     cost += gpu_kernel_start();
     return std::max(cost, gpu_dram_floor(shape, p.dtype)) + 0.05 * cost;

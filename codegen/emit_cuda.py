@@ -50,8 +50,9 @@ def emit(config) -> str:
     # Programmatic dependent launch (cuda/gemm_sm90.cuh); CUTLASS 4.2's stream-K scheduler
     # does not compile with it (is_last_tile binds a const member to a non-const reference).
     gdc = "" if streamk else "#define CUTLASS_ENABLE_GDC_FOR_SM90  // launched as a programmatic dependent\n"
+    split_k = ", true" if config.variant is GemmVariant.SPLIT_K else ""
     return definition(config, "cuda/gemm_sm90.cuh", (
         f"cuda::Sm90Gemm<{config.dtype.code}, {config.layout.code}, {cpp_bool(streamk)}, {reduction}, "
         f"{tm}, {tn}, {tk},\n"
         f"                   {k.cluster_m}, {k.cluster_n}, {cpp_bool(k.schedule == 'pingpong')}, "
-        f"{cpp_bool(k.epilogue == 'nosmem')}, {cpp_bool(k.pad)}, {k.promote}>"), defines=gdc)
+        f"{cpp_bool(k.epilogue == 'nosmem')}, {cpp_bool(k.pad)}, {k.promote}{split_k}>"), defines=gdc)

@@ -95,8 +95,14 @@ class Layout(enum.Enum):
 
 
 class GemmVariant(enum.Enum):
+    """standard: data-parallel tiles; stream_k: CUTLASS's stream-K scheduler (K steps
+    balanced over the SMs, split tiles fixed up in the kernel); split_k: K cut into equal
+    parts run as the batch of one data-parallel kernel with fp32 partials, summed by a second
+    kernel (cuBLAS's split-K; cuda backend)."""
+
     STANDARD = ("standard", 0)
     STREAM_K = ("stream_k", 1)
+    SPLIT_K = ("split_k", 2)
 
     def __init__(self, key, code):
         self.key = key
@@ -257,6 +263,8 @@ class CpuKnobs:
         """Why the cpu backend cannot build this variant (empty: it can)."""
         tm, tn, tk = tile
         out = []
+        if variant is GemmVariant.SPLIT_K:
+            out.append("variant split_k is built by the cuda backend only (sm_90a)")
         if dtype in FNUZ:
             out.append(f"{dtype.key} (FNUZ) is built for gfx942 only")
         if not 1 <= self.micro_m <= 16:
@@ -650,6 +658,10 @@ class CudaKnobs:
         out += self._cutlass_tile_problems(dtype, tile)
         if variant is GemmVariant.STREAM_K and self.schedule != "cooperative":
             out.append("CUTLASS runs stream-K only with the cooperative schedule")
+        if variant is GemmVariant.SPLIT_K and dtype not in (DType.FP16, DType.BF16):
+            out.append(f"split_k is built for fp16 and bf16 (fp32 partials), not {dtype.key}")
+        if variant is GemmVariant.SPLIT_K and self.pad:
+            out.append("split_k reads its operands in place: misaligned reject only (a pad variant serves the rest)")
         if self.schedule == "cooperative" and tm not in (128, 256):
             out.append(f"the cooperative schedule needs tile M 128 or 256, not {tm}")
         # A ping-pong warp group holds the whole tile: 128x192 is 192 fp32 accumulators a
@@ -773,6 +785,8 @@ class HipKnobs:
         shapes = HIP_MFMA.get(target)
         if shapes is None:
             return [f"the hip backend builds for {', '.join(HIP_MFMA)}, not {target}"]
+        if variant is GemmVariant.SPLIT_K:
+            out.append("variant split_k is built by the cuda backend only (sm_90a)")
         if dtype not in shapes:
             have = ", ".join(d.key for d in shapes)
             out.append(f"{target} has no MFMA for {dtype.key} (it has: {have})")
@@ -848,7 +862,7 @@ class GemmKernelConfig:
         check_target(self.target)
         if self.variant is GemmVariant.STREAM_K and self.reduction is None:
             raise ValueError("variant stream_k needs a reduction (atomic or deterministic)")
-        if self.variant is GemmVariant.STANDARD and self.reduction is not None:
+        if self.variant is not GemmVariant.STREAM_K and self.reduction is not None:
             raise ValueError("reduction applies only to variant stream_k")
 
     @property
@@ -865,6 +879,8 @@ class GemmKernelConfig:
     def variant_token(self) -> str:
         if self.variant is GemmVariant.STANDARD:
             return "standard"
+        if self.variant is GemmVariant.SPLIT_K:
+            return "splitk"
         return f"streamk_{self.reduction.key}"
 
     @property
@@ -882,6 +898,8 @@ class GemmKernelConfig:
             dtype, layout = DType.parse(parts[1]), Layout.parse(parts[2])
             if parts[3] == "standard":
                 variant, reduction, rest = GemmVariant.STANDARD, None, parts[4:]
+            elif parts[3] == "splitk":
+                variant, reduction, rest = GemmVariant.SPLIT_K, None, parts[4:]
             elif parts[3] == "streamk":
                 variant, reduction, rest = GemmVariant.STREAM_K, Reduction.parse(parts[4]), parts[5:]
             else:

@@ -546,3 +546,32 @@ def test_skinny_gemm_names_and_rules():
     assert "32 accumulators" in problems("bf16", "rcr", (64, 32, 128))[0]
     with pytest.raises(ValueError, match="takes no cluster"):
         CudaKnobs.from_yaml({"algorithm": "skinny", "cluster": [1, 1]})
+
+
+def test_split_k_gemm_names_rules_and_source():
+    """variant split_k (cuda gemm_sm90.cuh: K parts as the batch of one kernel, fp32
+    partials, a second kernel sums them): its own name token; fp16 / bf16 only, in place
+    (no pad); refused by the cpu and hip backends with file and line; its source is the
+    data-parallel Sm90Gemm with SplitK set."""
+    text = FP8_GROUP.replace("fp8_e4m3", "bf16").replace("128, 128, 128", "128, 128, 64") + "    variant: split_k\n"
+    configs = expand(parse(text + "    cuda: {cluster: [2, 1]}\n"), ["sm_90a"]).configs
+    assert [c.name for c in configs] == ["gemm_bf16_rcr_splitk_128x128x64_c2x1_coop_sm90a"]
+    assert config_from_name(configs[0].name) == configs[0]
+    assert configs[0].variant is GemmVariant.SPLIT_K and configs[0].reduction is None
+    source = emit_source(configs[0])
+    assert "cuda::Sm90Gemm<2, 0, false, -1, 128, 128, 64,\n                   2, 1, false, false, false, 1, true>" in source
+    assert "CUTLASS_ENABLE_GDC_FOR_SM90" in source  # launched as a programmatic dependent
+    for bad, why in ((text.replace("bf16", "fp8_e4m3").replace("128, 128, 64", "128, 128, 128"),
+                      "split_k is built for fp16 and bf16 (fp32 partials), not fp8_e4m3"),
+                     (text + "    cuda: {misaligned: pad}\n", "split_k reads its operands in place"),
+                     (text + "    reduction: atomic\n", "'reduction' applies only to variant stream_k")):
+        with pytest.raises(ManifestError) as info:
+            expand(parse(bad), ["sm_90a"])
+        assert str(info.value).startswith("kernels.yaml:") and why in str(info.value), str(info.value)
+    cpu = text.replace("[sm_90a]", "[cpu]")
+    with pytest.raises(ManifestError) as info:
+        expand(parse(cpu), ["cpu"])
+    assert str(info.value).startswith("kernels.yaml:5: ")  # the variant's tile line
+    assert "variant split_k is built by the cuda backend only (sm_90a)" in str(info.value)
+    with pytest.raises(ValueError, match="reduction applies only to variant stream_k"):
+        GemmKernelConfig("bf16", "rcr", "split_k", "atomic", (128, 128, 64), target="sm_90a")

@@ -103,6 +103,44 @@ def test_stream_k_both_reductions_on_split_heavy_shapes(kernel, shape, gen):
     check(kernel, *shape, gen, splits=3)
 
 
+def split_k_kernels():
+    return [k for k in kernels() if k.variant is GemmVariant.SPLIT_K]
+
+
+@pytest.mark.parametrize("kernel", split_k_kernels(), ids=lambda k: k.name)
+# (512, 512, 65536): the suite's long-K shape, 16 tiles of 128x128, where the kernel's own
+# count fills the SMs; (136, 344, 2688): neither M nor N a multiple of the tile
+@pytest.mark.parametrize("shape", [(512, 512, 65536), (384, 640, 4096), (256, 200, 16384), (136, 344, 2688)])
+def test_split_k_sums_every_part_of_k(kernel, shape, gen):
+    """Split-K (gemm_sm90.cuh): the kernel's own count, counts 1 to 32 that cut K into
+    16-byte parts, and leading dimensions longer than the rows (the parts are found by
+    stepping along K, not by the leading dimension)."""
+    K = shape[2]
+    check(kernel, *shape, gen)
+    for splits in (1, 2, 3, 7, 8, 32):
+        if K % splits == 0 and (K // splits) % (16 // kernel.dtype.nbytes) == 0:
+            check(kernel, *shape, gen, splits=splits)
+    check(kernel, *shape, gen, pad=8, splits=2)
+
+
+def test_split_k_refuses_a_count_that_does_not_cut_k_evenly(gen):
+    """K = 4096 in 3 parts, or in 512 parts of 8: unsupported (-3 when named, with why); an
+    N not a multiple of 8 likewise (the sum writes 8 columns at a time)."""
+    if not split_k_kernels():
+        pytest.skip("no split_k kernel in this build")
+    d = td.Dispatcher("gemm", GPU)
+    kernel = split_k_kernels()[0]
+    for splits in (3, 512):
+        problem = td.GemmProblem(512, 512, 4096, kernel.dtype, "rcr", splits=splits)
+        assert d.is_supported(problem, kernel.name) is False
+        with pytest.raises(td.KernelRejectedError) as info:
+            d.run(problem, 0, 0, 0, kernel=kernel.name)
+        assert info.value.status == -3 and "does not cut K = 4096" in info.value.message
+    narrow = td.GemmProblem(512, 1000 + 4, 4096, kernel.dtype, "rcr", 4096, 4096, 1008)
+    assert d.is_supported(narrow, kernel.name) is False
+    assert d.is_supported(td.GemmProblem(512, 512, 4096, kernel.dtype, "rcr", splits=8), kernel.name) is True
+
+
 @pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.pad], ids=lambda k: k.name)
 @pytest.mark.parametrize("shape", [(4095, 4095, 4095), (1000, 999, 777), (33, 17, 1)])
 def test_pad_variants_serve_misaligned_problems(kernel, shape, gen):

@@ -11,6 +11,14 @@
 // own accumulator only: run only when named). Run-time arguments: sizes, leading dimensions, alpha,
 // stream-K reduction mode (atomic = Nondeterministic, deterministic = turnstile) and the
 // split count.
+//
+// SplitK (variant split_k): K cut into `splits` equal parts run as the batch (L) of one
+// data-parallel kernel, batch l reading A's and B's K range [l Ks, (l + 1) Ks) in place
+// (the batch stride is Ks steps along K), writing fp32 partials (alpha applied) to the
+// workspace; a second kernel (split_k_sum) adds the partials and writes C. cuBLAS runs
+// 512x512x65536 this way (a 128x128 2x1-cluster kernel with splitK in its name, then
+// splitKreduce_kernel: 48.4 + 2.8 us on the H200), where CUTLASS's stream-K fix-up, which
+// waits for the first split and adds the others in turn, took about 62.
 #pragma once
 
 // Tile N values that are not 64, 128, 192 or 256 (80, 112, 160, 176: bench/sweeps/sm90_ntile.yaml)
@@ -66,12 +74,42 @@ inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; 
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Split-K's second kernel: C = the sum of the fp32 partials (slices of M x N, row pitch N),
+// 8 columns a thread: two 16-byte loads a partial, one 16-byte store. Launched as a
+// programmatic dependent of the GEMM (pdl_wait: the partials are complete).
+template <class Out>
+__global__ void __launch_bounds__(256) split_k_sum(const float* __restrict__ part, Out* __restrict__ c, int64_t M,
+                                                   int64_t N, int64_t ldc, int splits) {
+    pdl_wait();
+    const int64_t row_vecs = N / 8;
+    const int64_t total = M * row_vecs;
+    const int64_t slice = M * N;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / row_vecs;
+        const int64_t col = (i - row * row_vecs) * 8;
+        const float* src = part + row * N + col;
+        float4 x = __ldcs(reinterpret_cast<const float4*>(src));
+        float4 y = __ldcs(reinterpret_cast<const float4*>(src) + 1);
+#pragma unroll 4
+        for (int s = 1; s < splits; ++s) {
+            const float4* q = reinterpret_cast<const float4*>(src + s * slice);
+            const float4 u = __ldcs(q), v = __ldcs(q + 1);
+            x.x += u.x, x.y += u.y, x.z += u.z, x.w += u.w;
+            y.x += v.x, y.y += v.y, y.z += v.z, y.w += v.w;
+        }
+        alignas(16) Out out[8] = {Out(x.x), Out(x.y), Out(x.z), Out(x.w), Out(y.x), Out(y.y), Out(y.z), Out(y.w)};
+        *reinterpret_cast<uint4*>(c + row * ldc + col) = *reinterpret_cast<const uint4*>(out);
+    }
+}
+
 template <int DType, int LayoutCode, bool Streamk, int Reduction, int TM, int TN, int TK, int CM, int CN,
-          bool Pingpong, bool NoSmem, bool Pad, int Promote = 1>
+          bool Pingpong, bool NoSmem, bool Pad, int Promote = 1, bool SplitK = false>
 struct Sm90Gemm {
     using In = typename Element<DType>::in;
     using Out = typename Element<DType>::out;
     static constexpr bool fp8 = sizeof(In) == 1;
+    static_assert(!SplitK || (!Streamk && !Pad && !fp8), "split-K: fp16 / bf16, data-parallel, operands in place");
+    using KOut = std::conditional_t<SplitK, float, Out>;  // what the CUTLASS kernel writes
     static constexpr bool a_row = LayoutCode == TD_RCR || LayoutCode == TD_RRR;
     static constexpr bool b_row = LayoutCode == TD_RRR || LayoutCode == TD_CRR;
     using LayoutA = std::conditional_t<a_row, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
@@ -79,6 +117,7 @@ struct Sm90Gemm {
     using LayoutC = cutlass::layout::RowMajor;
     static constexpr int kAlignIn = 16 / sizeof(In);    // elements per 16 bytes (TMA)
     static constexpr int kAlignOut = 16 / sizeof(Out);
+    static constexpr int kAlignKOut = 16 / sizeof(KOut);
 
     using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
     using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
@@ -98,8 +137,8 @@ struct Sm90Gemm {
 
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-        cutlass::epilogue::collective::EpilogueTileAuto, float, float, Out, LayoutC, kAlignOut, Out, LayoutC,
-        kAlignOut, EpilogueSchedule>::CollectiveOp;
+        cutlass::epilogue::collective::EpilogueTileAuto, float, float, KOut, LayoutC, kAlignKOut, KOut, LayoutC,
+        kAlignKOut, EpilogueSchedule>::CollectiveOp;
     using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, In, LayoutA, kAlignIn, In, LayoutB, kAlignIn, float,
         TileShape, ClusterShape,
@@ -181,23 +220,38 @@ struct Sm90Gemm {
         return splits > 1 ? splits : 0;
     }
 
+    // The split count of a split-K run: the problem's (0 when it does not cut K evenly), else
+    // the one the cost model rates fastest (split_k_auto; 1 when no split pays).
+    static int split_count(const TdGemmProblem& p) {
+        if (p.splits > 0) return split_k_fits(p.K, p.splits, kAlignIn) ? p.splits : 0;
+        return split_k_auto(entry("").info, p.M, p.N, p.K, device::multiprocessors(), kAlignIn);
+    }
+
+    // splits > 1 (split-K): the batch of `splits` K parts; c is then the fp32 partials.
     static typename Gemm::Arguments arguments(const TdGemmProblem& p, const Plan& s, const void* a, const void* b,
-                                              void* c) {
-        const int M = (int)s.M, N = (int)s.N, K = (int)s.K;
-        StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
-        StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
-        StrideC sc = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, 1));
+                                              void* c, int splits = 1) {
+        const int M = (int)s.M, N = (int)s.N, L = SplitK ? splits : 1, K = (int)(s.K / L);
+        StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, L));
+        StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, L));
+        StrideC sc = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, L));
         // The one dynamic stride of each operand is its leading dimension.
         if constexpr (a_row) cute::get<0>(sa) = s.a.ld_k; else cute::get<1>(sa) = s.a.ld_k;
         if constexpr (b_row) cute::get<1>(sb) = s.b.ld_k; else cute::get<0>(sb) = s.b.ld_k;
-        cute::get<0>(sc) = s.c.ld_k;
+        if constexpr (SplitK) {
+            // batch l starts K columns further along: K steps of 1 (K-major) or of the
+            // leading dimension; the partials are packed (row pitch N, slice M x N)
+            cute::get<2>(sa) = (int64_t)K * (a_row ? 1 : s.a.ld_k);
+            cute::get<2>(sb) = (int64_t)K * (b_row ? s.b.ld_k : 1);
+        } else {
+            cute::get<0>(sc) = s.c.ld_k;
+        }
         cutlass::KernelHardwareInfo hw;
         cudaGetDevice(&hw.device_id);
         hw.sm_count = device::multiprocessors();
         typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                      {M, N, K, 1},
+                                      {M, N, K, L},
                                       {static_cast<const In*>(a), sa, static_cast<const In*>(b), sb},
-                                      {{}, static_cast<const Out*>(c), sc, static_cast<Out*>(c), sc},
+                                      {{}, static_cast<const KOut*>(c), sc, static_cast<KOut*>(c), sc},
                                       hw};
         if constexpr (fp8 && Promote > 1) args.mainloop.mma_promotion_interval = Promote;
         args.epilogue.thread.alpha = p.alpha;
@@ -234,17 +288,33 @@ struct Sm90Gemm {
             *why = "a leading dimension or contiguous extent is not a multiple of 16 bytes (TMA); a pad variant takes it";
             return TD_UNSUPPORTED;
         }
+        if (SplitK && p.N % 8) {
+            *why = "split-K sums its partials 8 columns at a time: N must be a multiple of 8";
+            return TD_UNSUPPORTED;
+        }
+        if (SplitK && !split_count(p)) {
+            *why = "split count " + std::to_string(p.splits) + " does not cut K = " + std::to_string(p.K) +
+                   " into equal parts of a multiple of " + std::to_string(kAlignIn) + " elements";
+            return TD_UNSUPPORTED;
+        }
         return TD_OK;
     }
 
-    static size_t cutlass_workspace(const TdGemmProblem& p, const Plan& s) {
-        return Gemm::get_workspace_size(arguments(p, s, nullptr, nullptr, nullptr));
+    static size_t cutlass_workspace(const TdGemmProblem& p, const Plan& s, int splits = 1) {
+        return Gemm::get_workspace_size(arguments(p, s, nullptr, nullptr, nullptr, splits));
+    }
+
+    // Split-K's fp32 partials, in bytes (0 for the other kernels).
+    static size_t partial_bytes(const TdGemmProblem& p, int splits) {
+        return SplitK ? (size_t)round_up((int64_t)splits * p.M * p.N * (int64_t)sizeof(float), 256) : 0;
     }
 
     static size_t workspace_size(const TdGemmProblem& p) {
         // Sized for staging every operand, so a caller-provided workspace always suffices.
         const Plan s = plan(p, nullptr, nullptr, nullptr, Pad);
-        return round_up(cutlass_workspace(p, s), 256) + s.a.bytes + s.b.bytes + s.c.bytes;
+        const int splits = SplitK ? split_count(p) : 1;
+        return round_up(cutlass_workspace(p, s, splits), 256) + partial_bytes(p, splits) + s.a.bytes + s.b.bytes +
+               s.c.bytes;
     }
 
     static int stage_in(const Operand& o, char* dst, const void* src, size_t elem, cudaStream_t stream,
@@ -327,26 +397,34 @@ struct Sm90Gemm {
         int device = -1;
         const bool have_device = cudaGetDevice(&device) == cudaSuccess;
         // The same call again with the operands in place: straight to the launch, with no
-        // planning (the host time of a repeated small GEMM).
-        if (have_device)
+        // planning (the host time of a repeated small GEMM). Not split-K: it launches two kernels.
+        if (!SplitK && have_device)
             for (Last& r : recent)
                 if (r.direct && r.same(p, a, b, c, stream, device)) return relaunch(r, stream);
         const Plan s = plan(p, a, b, c);
         if (!Pad && !direct_ok(s))
             return fail(TD_REJECTED, "an operand's address, leading dimension or contiguous extent is not "
                                      "16-byte aligned (TMA needs it); a pad variant takes it");
-        const size_t lib_bytes = round_up(cutlass_workspace(p, s), 256);
-        const size_t need = lib_bytes + s.a.bytes + s.b.bytes + s.c.bytes;
+        const int splits = SplitK ? split_count(p) : 1;
+        if (!splits) {
+            std::string why;
+            supports(p, &why);
+            return fail(TD_REJECTED, why);
+        }
+        const size_t lib_bytes = round_up(cutlass_workspace(p, s, splits), 256);
+        const size_t part_bytes = partial_bytes(p, splits);
+        const size_t need = lib_bytes + part_bytes + s.a.bytes + s.b.bytes + s.c.bytes;
         char* base = static_cast<char*>(ws);
         if (ws && ws_bytes < need)
             return fail(TD_REJECTED, "workspace of " + std::to_string(ws_bytes) + " bytes, the kernel needs " +
                                          std::to_string(need));
         if (!ws && need)
             if (int st = device::scratch(need, stream_ptr, reinterpret_cast<void**>(&base))) return st;
-        char* stage = base + lib_bytes;
+        float* part = reinterpret_cast<float*>(base + lib_bytes);
+        char* stage = base + lib_bytes + part_bytes;
         const void* ka = a;
         const void* kb = b;
-        void* kc = c;
+        void* kc = SplitK ? static_cast<void*>(part) : c;
         if (s.a.stage) {
             if (int st = stage_in(s.a, stage, a, sizeof(In), stream, "A")) return st;
             ka = stage;
@@ -370,8 +448,8 @@ struct Sm90Gemm {
             next_slot = (next_slot + 1) % kRecent;
             last.valid = false;
             last.own_launch = true;
-            if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc), lib_bytes ? base : nullptr, stream,
-                                       pdl()))
+            if (int st = cutlass_start(last.gemm, arguments(p, s, ka, kb, kc, splits), lib_bytes ? base : nullptr,
+                                       stream, pdl()))
                 return st;
             if (reusable) {
                 last.p = p;
@@ -381,6 +459,12 @@ struct Sm90Gemm {
                 last.direct = !s.a.stage && !s.b.stage && !s.c.stage;
                 last.valid = true;
             }
+        }
+        if constexpr (SplitK) {
+            const int64_t vecs = p.M * p.N / 8;
+            const int64_t blocks = std::min<int64_t>((vecs + 255) / 256, 8 * (int64_t)device::multiprocessors());
+            pdl_launch(split_k_sum<Out>, dim3((unsigned)blocks), dim3(256), 0, stream, part, static_cast<Out*>(c), p.M,
+                       p.N, s.c.ld, splits);
         }
         if (s.c.stage &&
             cudaMemcpy2DAsync(c, s.c.ld * sizeof(Out), kc, s.c.ld_k * sizeof(Out), p.N * sizeof(Out), p.M,
@@ -392,7 +476,7 @@ struct Sm90Gemm {
     }
 
     static constexpr GemmKernel entry(const char* name) {
-        return GemmKernel{{name, DType, LayoutCode, Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN, TK, CM, CN,
+        return GemmKernel{{name, DType, LayoutCode, SplitK ? 2 : Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN, TK, CM, CN,
                            Pingpong ? 1 : 0, Pad ? 1 : 0, fast_accum ? 1 : 0},
                           &supports, &workspace_size, &run};
     }

@@ -15,7 +15,7 @@ struct KernelInfo {
     const char* name;
     int dtype;      // enum td_dtype
     int layout;     // gemm: enum td_layout; conv: spatial rank 1/2/3
-    int variant;    // gemm: 0 standard, 1 stream-K; conv: enum td_conv_direction
+    int variant;    // gemm: 0 standard, 1 stream-K, 2 split-K; conv: enum td_conv_direction
     int reduction;  // stream-K: 0 atomic, 1 deterministic; cuda implicit conv: the batch split; otherwise -1
     int tile_m, tile_n, tile_k;
     int micro_m, micro_n;  // cpu: register micro tile; cuda: cluster shape

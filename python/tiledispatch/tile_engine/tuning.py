@@ -171,12 +171,18 @@ def _stand_in(dtype: str, kind: tuple, target: str) -> list:
 
 @functools.lru_cache(maxsize=None)
 def _family(name: str) -> str:
-    """A kernel's family: its cuda `algorithm` knob, else its backend's one."""
-    from ..codegen import config_from_name
+    """A kernel's family: its cuda `algorithm` knob, else its backend's one; a split_k GEMM
+    is a family of its own (a table measured before those kernels existed never ranked
+    them, so the cost model weighs them against the table's pick)."""
+    from ..codegen import GemmVariant, config_from_name
     try:
-        return getattr(config_from_name(name).knobs, "algorithm", "") or ""
+        config = config_from_name(name)
     except ValueError:
         return ""
+    family = getattr(config.knobs, "algorithm", "") or ""
+    if getattr(config, "variant", None) is GemmVariant.SPLIT_K:
+        family += "/split_k"
+    return family
 
 
 def pick(target: str, problem, registered: set, supports, cost) -> str | None:
