@@ -136,14 +136,19 @@ bool split_k_fits(int64_t K, int splits, int align) {
     return splits == 1 || (K / splits) % align == 0;
 }
 
-// The batch of `splits` K parts as the data-parallel model prices it, plus the sum: every
-// partial read once (from L2, where the GEMM just wrote it) and C written, at 3 TB/s, and
-// 1 us for the second kernel (launched as a programmatic dependent: its start overlaps the
-// GEMM's tail).
+// The batch of `splits` K parts as the data-parallel model prices it (5% slower, as
+// stream-K), but no faster than A, B and the partials at 2.5 TB/s, the rate the split
+// kernel streamed them at on the H200 (512x512x65536 2.3 TB/s, 128x4096x14336 2.8: there
+// the 64x64 ping-pong tile won, 1.05x cuBLAS against split-K's 0.96x, which the model
+// without this floor ranked the other way); then the sum: every partial read once and C
+// written at 3 TB/s, plus 2 us for the second kernel.
 double split_k_cost(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int splits, int64_t sms) {
     const GemmShape batch{splits, M, N, K / splits};
-    const double sum_bytes = (double)M * N * (4.0 * splits + out_bytes(k.dtype));
-    return gpu_cost(k, batch, false, sms) + (sum_bytes / 3e12 + 1e-6) * kGpuUnitsPerSecond;
+    const double partial_bytes = 4.0 * splits * (double)M * N;
+    const double stream_bytes = ((double)M * K + (double)N * K) * in_bytes(k.dtype) + partial_bytes;
+    const double gemm = std::max(1.05 * gpu_cost(k, batch, false, sms), stream_bytes / 2.5e12 * kGpuUnitsPerSecond);
+    const double sum_bytes = partial_bytes + (double)M * N * out_bytes(k.dtype);
+    return gemm + (sum_bytes / 3e12 + 2e-6) * kGpuUnitsPerSecond;
 }
 
 int split_k_auto(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int64_t sms, int align) {

@@ -99,7 +99,7 @@ def test_filter_globs_select_by_name():
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     every = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
     configs = [c for c in every if c.op == "gemm"]
-    assert len(configs) == 61  # 22 bf16 rcr (bench/RESULTS.md), their 22 fp16 twins, 17 others
+    assert len(configs) == 63  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others
     fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
     assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
                           "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a",
@@ -113,7 +113,7 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     assert {c.layout for c in configs} == set(Layout)
     assert {(c.variant, c.reduction) for c in configs} == {
         (GemmVariant.STANDARD, None), (GemmVariant.STREAM_K, Reduction.ATOMIC),
-        (GemmVariant.STREAM_K, Reduction.DETERMINISTIC)}
+        (GemmVariant.STREAM_K, Reduction.DETERMINISTIC), (GemmVariant.SPLIT_K, None)}
     assert {c.knobs.schedule for c in configs} == {"cooperative", "pingpong"}
     assert any(c.knobs.pad for c in configs)
     assert {c.name for c in configs if c.knobs.algorithm == "skinny"} == {

@@ -110,11 +110,6 @@ struct Sm90Gemm {
     static constexpr bool fp8 = sizeof(In) == 1;
     static_assert(!SplitK || (!Streamk && !Pad && !fp8), "split-K: fp16 / bf16, data-parallel, operands in place");
     using KOut = std::conditional_t<SplitK, float, Out>;  // what the CUTLASS kernel writes
-#ifndef TD_VOID_C
-#define TD_VOID_C 0
-#endif
-    static constexpr bool kVoidC = TD_VOID_C;  // experiment: no C operand (beta is always 0)
-    using KC = std::conditional_t<kVoidC, void, KOut>;
     static constexpr bool a_row = LayoutCode == TD_RCR || LayoutCode == TD_RRR;
     static constexpr bool b_row = LayoutCode == TD_RRR || LayoutCode == TD_CRR;
     using LayoutA = std::conditional_t<a_row, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
@@ -140,9 +135,14 @@ struct Sm90Gemm {
                            cutlass::epilogue::TmaWarpSpecializedCooperative>>;
     using Scheduler = std::conditional_t<Streamk, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
 
+    // No C operand (ElementC void): beta is always 0 here, and without C the epilogue keeps
+    // no shared memory for it (the mainloop gets those stages) and delays its TMA stores.
+    // H200, same process against cuBLAS (bench/RESULTS.md, nineteenth session), the best
+    // kernel per shape: 8192x8192x256 0.962 -> 1.055, 2304^3 0.895 -> 0.944, 1024^3 0.913 ->
+    // 0.950, split-K at 512x512x65536 0.891 -> 0.962; bf16 suite geomean 0.979 -> 1.015.
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-        cutlass::epilogue::collective::EpilogueTileAuto, float, float, KC, LayoutC, kAlignKOut, KOut, LayoutC,
+        cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutC, kAlignKOut, KOut, LayoutC,
         kAlignKOut, EpilogueSchedule>::CollectiveOp;
     using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, In, LayoutA, kAlignIn, In, LayoutB, kAlignIn, float,
@@ -256,7 +256,7 @@ struct Sm90Gemm {
         typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
                                       {M, N, K, L},
                                       {static_cast<const In*>(a), sa, static_cast<const In*>(b), sb},
-                                      {{}, static_cast<const KOut*>(kVoidC ? nullptr : c), sc, static_cast<KOut*>(c), sc},
+                                      {{}, nullptr, sc, static_cast<KOut*>(c), sc},
                                       hw};
         if constexpr (fp8 && Promote > 1) args.mainloop.mma_promotion_interval = Promote;
         args.epilogue.thread.alpha = p.alpha;
