@@ -4,7 +4,7 @@ import numpy as np
 import tiledispatch as td
 from tiledispatch import reference
 from tiledispatch.arrays import random
-from tiledispatch.codegen.model import fp8_tile_slices
+from tiledispatch.codegen.model import GemmVariant, fp8_tile_slices
 
 d = td.Dispatcher("gemm")
 rng = np.random.default_rng(1)
@@ -19,6 +19,8 @@ for k in sample.values():
     shapes = ((208, 144, 272), (64, 64, 64))
     if k.knobs.pad:
         shapes = ((201, 133, 77),)
+    elif k.variant is GemmVariant.SPLIT_K:
+        shapes = ((208, 144, 272), (64, 64, 8192))  # its own split count: 1, and several parts
     elif k.knobs.algorithm == "skinny":
         shapes = ((16, 300, 4096), (5, 64, 64), (40, 72, 1040))  # split-K, one step, two row blocks
     for M, N, K in shapes:
