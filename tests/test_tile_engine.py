@@ -280,6 +280,12 @@ def test_a_table_does_not_speak_for_a_kernel_family_it_never_measured(tmp_path, 
     assert pick(q, {cut1: 10.0, cut2: 20.0, skinny: 25.0}) == cut2
     twin = {n.replace("_bf16_", "_fp16_"): c for n, c in {cut1: 10.0, cut2: 20.0, skinny: 15.0}.items()}
     assert pick(td.GemmProblem(16, 6144, 4096, "fp16"), twin) == skinny.replace("_bf16_", "_fp16_")
+    # split-K is a family of its own though its algorithm is cutlass (a table measured before
+    # it existed never ranked it); a stream-K kernel is one of the table's family
+    split = "gemm_bf16_rcr_splitk_128x128x64_c1x1_coop_sm90a"
+    streamk = "gemm_bf16_rcr_streamk_atomic_128x128x64_c1x1_coop_sm90a"
+    assert pick(q, {cut1: 10.0, cut2: 20.0, split: 15.0}) == split
+    assert pick(q, {cut1: 10.0, cut2: 20.0, streamk: 15.0}) == cut2
 
 
 @pytest.mark.parametrize("op, problem", [
