@@ -131,7 +131,7 @@ static double gpu_cost(const KernelInfo& k, const GemmShape& s, bool streamk, in
     return cost;
 }
 
-bool split_k_fits(int64_t K, int splits, int align) {
+static bool split_k_fits(int64_t K, int splits, int align) {
     if (splits < 1 || splits > 64 || K % splits) return false;
     return splits == 1 || (K / splits) % align == 0;
 }
@@ -151,12 +151,14 @@ double split_k_cost(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int sp
     return gemm + (sum_bytes / 3e12 + 2e-6) * kGpuUnitsPerSecond;
 }
 
-int split_k_auto(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int64_t sms, int align) {
+int split_k_count(const KernelInfo& k, const TdGemmProblem& p, int64_t sms) {
+    const int align = (int)(16 / in_bytes(k.dtype));
+    if (p.splits > 0) return split_k_fits(p.K, p.splits, align) ? p.splits : 0;
     int best = 1;
-    double best_cost = split_k_cost(k, M, N, K, 1, sms);
+    double best_cost = split_k_cost(k, p.M, p.N, p.K, 1, sms);
     for (int splits = 2; splits <= 32; ++splits) {
-        if (!split_k_fits(K, splits, align) || K / splits < k.tile_k) continue;
-        const double cost = split_k_cost(k, M, N, K, splits, sms);
+        if (!split_k_fits(p.K, splits, align) || p.K / splits < k.tile_k) continue;
+        const double cost = split_k_cost(k, p.M, p.N, p.K, splits, sms);
         if (cost < best_cost) best = splits, best_cost = cost;
     }
     return best;

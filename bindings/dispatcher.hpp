@@ -58,12 +58,12 @@ double gpu_dram_floor(const GemmShape& shape, int dtype);
 double gpu_kernel_start();
 
 // Split-K (GEMM variant 2, cuda/gemm_sm90.cuh): K cut into `splits` equal parts run as a
-// batch with fp32 partials, then summed. split_k_fits: whether `splits` (1..64) cuts K into
-// parts of a multiple of `align` elements. split_k_cost: the GPU model's time of that run,
-// the sum included. split_k_auto: the count in 1..32 the model rates fastest.
-bool split_k_fits(int64_t K, int splits, int align);
+// batch with fp32 partials, then summed. split_k_count: the count kernel `k` runs problem
+// `p` with: the problem's `splits` where it cuts K into parts of a multiple of 16 bytes (0
+// where it does not), else the count in 1..32 the model rates fastest. split_k_cost: the
+// GPU model's time of that run, the sum included.
+int split_k_count(const KernelInfo& k, const TdGemmProblem& p, int64_t sms);
 double split_k_cost(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int splits, int64_t sms);
-int split_k_auto(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int64_t sms, int align);
 
 int host_threads();
 

@@ -73,9 +73,7 @@ double cost_of(const TdGemmProblem& p, const KernelInfo& k, int workers) {
     const GemmShape shape{1, p.M, p.N, p.K};
     double cost;
     if (k.variant == 2) {  // split-K (sm_90a only): the count the kernel will run
-        const int align = (int)(16 / in_bytes(k.dtype));
-        const int splits = p.splits > 0 ? p.splits : split_k_auto(k, p.M, p.N, p.K, workers, align);
-        cost = split_k_cost(k, p.M, p.N, p.K, split_k_fits(p.K, splits, align) ? splits : 1, workers);
+        cost = split_k_cost(k, p.M, p.N, p.K, std::max(1, split_k_count(k, p, workers)), workers);
     } else {
         cost = predicted_cost(k, shape, k.variant == 1, p.splits > 0 ? p.splits : workers, workers);
     }

@@ -225,11 +225,10 @@ struct Sm90Gemm {
         return splits > 1 ? splits : 0;
     }
 
-    // The split count of a split-K run: the problem's (0 when it does not cut K evenly), else
-    // the one the cost model rates fastest (split_k_auto; 1 when no split pays).
+    // The split count of a split-K run (split_k_count: the problem's, 0 when it does not cut
+    // K evenly, else the one the cost model rates fastest, 1 when no split pays).
     static int split_count(const TdGemmProblem& p) {
-        if (p.splits > 0) return split_k_fits(p.K, p.splits, kAlignIn) ? p.splits : 0;
-        return split_k_auto(entry("").info, p.M, p.N, p.K, device::multiprocessors(), kAlignIn);
+        return split_k_count(entry("").info, p, device::multiprocessors());
     }
 
     // splits > 1 (split-K): the batch of `splits` K parts; c is then the fp32 partials.
