@@ -156,9 +156,13 @@ def test_tiled_direct_kernels_on_many_channels_and_tiles(kernel, gen):
 # The tensor-core kernels from shared-memory tiles (conv_mma_tiled.cuh): 64 channels (blocks
 # of 32) and 144 (blocks of 16), images wider and taller than one tile, stride 2 with
 # dilation 2 (bwd_data refuses stride 2), 7x7 and 5x5 filters, 1D rows longer than a tile.
+# bench/gpu_run.sh conv runs them again with TILEDISPATCH_NO_TC_ROWS=1 (the one-row loop).
+# The 16-channel kernels' row-reuse loop (3-row filters at row stride and dilation 1) also
+# meets a column stride and dilation (2D) and a depth stride and dilation (3D) here.
 TC_CASES = {
     1: [((300,), (4,), (1,), (3,), (1,)), ((301,), (3,), (2,), (1,), (2,))],
-    **TILED_CASES,
+    2: TILED_CASES[2] + [((23, 50), (3, 3), (1, 2), (1, 2), (1, 2))],
+    3: TILED_CASES[3] + [((7, 11, 37), (3, 3, 3), (2, 1, 2), (2, 1, 1), (2, 1, 1))],
 }
 
 

@@ -59,6 +59,7 @@ struct TcPlan {
     int opitch;                   // fwd: bytes per pixel of the staging tile
     int64_t pixel_tiles;          // output tiles in all
     int band, bands;              // tiles one block walks; bands = blocks along the pixels
+    int rows;                     // fwd / bwd_data: 1 = the row-reuse loop (conv_fwd_tc<..., Rows>)
     int64_t blocks;               // chunks x tap groups x bands
     size_t smem;
 };
@@ -69,6 +70,18 @@ struct TcPlan {
 // bwd_weight 92.4 -> 86.8 us; at 4 channels per group 4 blocks lost (ResNeXt-50 53.9 -> 57.0).
 constexpr int tc_wgrad_blocks_by_regs(int cpg, int maxt) {
     return maxt <= 4 ? (cpg == 8 ? 4 : 3) : maxt <= 8 ? 2 : 1;
+}
+
+// The forward's row-reuse loop (conv_fwd_tc<..., Rows = true>, tc_fwd_rows) at 16 channels a
+// virtual group, for 3-row filters at row stride and dilation 1: a warp owns kTcRows output
+// rows of one 16-column segment, and each A fragment it loads (16 input pixels of one input
+// row, one filter column) feeds the MMAs of every output row that input row reaches (up to 3),
+// instead of one. Off with TILEDISPATCH_NO_TC_ROWS (the one-row loop then runs: A/B
+// measurements, tests of both).
+constexpr int kTcRows = 4;
+inline bool tc_rows_wanted() {
+    static const bool off = std::getenv("TILEDISPATCH_NO_TC_ROWS") != nullptr;
+    return !off;
 }
 
 // Balanced tiling of n into pieces of at most `most`: the piece size.
@@ -97,6 +110,7 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     p.pitch = tma && !wgrad ? p.bc * 2 : p.bc * 2 + 16;
     p.opitch = tma && !wgrad ? p.bc * 2 : p.pitch;  // fwd: the staging tile's pitch
     p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
+    p.rows = !wgrad && p.vg == 16 && g.fil[1] == 3 && g.stride[1] == 1 && g.dil[1] == 1 && tc_rows_wanted();
     if (wgrad) {  // warps per virtual group split the taps; 4, 8 or 16 accumulator sets a warp
         // (registers: 2D 3x3 needs 3 and at 8 ran two blocks per SM where 4 allows three)
         const int wpg = kTcWarps / p.vgs;
@@ -111,6 +125,10 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     p.planes_in = (g.fil[0] - 1) * g.dil[0] + 1;
     p.tw = balanced(g.out[2], std::min(g.out[2], tm));
     p.th = balanced(g.out[1], std::max(1, std::min(g.out[1], tm / p.tw)));
+    if (p.rows) {  // whole row groups of kTcRows where the tile has that many rows
+        const int most = std::min(g.out[1], tm / p.tw);
+        if (most >= kTcRows) p.th = most / kTcRows * kTcRows;
+    }
     for (;;) {
         p.rows_in = (p.th - 1) * g.stride[1] + (g.fil[1] - 1) * g.dil[1] + 1;
         p.cols_in = (p.tw - 1) * g.stride[2] + (g.fil[2] - 1) * g.dil[2] + 1;
@@ -341,17 +359,97 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
 }
 
 // ---------------------------------------------------------------- forward (and bwd_data)
-// g: the problem as a forward (bwd_data: over dy, flipped); x: its input; y: its output.
-// A block loads its weight image once and walks pl.band tiles.
-//   pl.tma: one thread moves each tile by TMA (xmap: the input box with its halo, zeros
-//           outside the image; ymap: the staged results, clipped at the image's edge). A
-//           pixel's bc x 2 bytes are one swizzled span in shared memory (16-byte piece j of
-//           pixel p at j ^ (p / 2 % 4) for 32 channels, j ^ (p / 4 % 2) for 16), so the
-//           ldmatrix rows of consecutive pixels and the staging writes hit distinct banks.
-//           With pl.stages 2 the next tile's copy runs under this tile's MMAs.
-//   else:   the threads copy the input with cp.async (padded pitch) after this tile's MMAs
-//           and store the results with 16-byte writes.
-template <class T, int VG, bool SwIn>
+// The rows loop of one tile (pl.rows: 16 channels a virtual group, filter rows 3, row stride
+// and dilation 1). Work unit of a warp: (virtual group, 16-column segment, kTcRows output
+// rows); the segment's columns past the tile's width compute the last column again and are
+// not stored. Per filter plane and column, the three filter rows' B fragments are loaded, then
+// input rows r0 .. r0 + R + 1 one at a time (the next row's ldmatrix issued before this row's
+// MMAs), each A fragment multiplied into the accumulators of every output row ri - kh it
+// reaches: 6 MMAs an ldmatrix, where the one-row loop has 2. Results go to the staging tile as
+// the one-row loop writes them (pixel m = row x tw + column, the same swizzle).
+// At 8 channels a virtual group the same loop (A fragments of two filter columns, 5 MMAs an
+// output row) lost on the H200 at every register bound tried (bench/RESULTS.md, twentieth
+// session), so those kernels keep the one-row loop.
+template <class T>
+__device__ __forceinline__ void tc_fwd_rows(const DeviceGeometry& g, const TcPlan& pl, unsigned tile_s, unsigned w_s,
+                                            unsigned zero_s, unsigned char* otile, unsigned sw_mask, int sw_shift,
+                                            int sw_out) {
+    constexpr int R = kTcRows, FH = 3, VG = 16, NT = 2, RI = R + FH - 1;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_half = lane >> 4;
+    const int mat = lane >> 3, brow = lane & 7;
+    const int segs = (pl.tw + 15) >> 4, rgroups = (pl.th + R - 1) / R;
+    const int gshift = 31 - __clz(pl.vgs);  // vgs: 1 or 2
+    const int units = (pl.vgs * segs) * rgroups;
+    const unsigned row_bytes = (unsigned)(pl.cols_in * pl.pitch);
+    const unsigned plane_bytes = row_bytes * (unsigned)pl.rows_in * (unsigned)g.dil[0];
+    const unsigned col_bytes = (unsigned)(g.dil[2] * pl.pitch);
+    constexpr unsigned b_step = 2 * 16 * 16;  // bytes per tap of the image
+    for (int u = warp; u < units; u += kTcWarps) {
+        const int vg = u & (pl.vgs - 1);
+        const int rest = u >> gshift;
+        const int seg = rest % segs, r0 = rest / segs * R;
+        // this lane's A row: pixel a_row of the segment (clamped to the tile), its 8 channels
+        const int col = min(seg * 16 + a_row, pl.tw - 1);
+        const unsigned piece = (unsigned)(vg * VG * 2 + a_half * 16);
+        const unsigned lane_base = tile_s + piece + (unsigned)(col * g.stride[2] * pl.pitch) + (unsigned)r0 * row_bytes;
+        const int rows_ok = pl.rows_in - r0;  // input rows of the box from r0 on
+        const unsigned b_base = w_s + (unsigned)(((vg * pl.tp * 2 + (mat & 1)) * 16 + (mat >> 1) * 8 + brow) * 16);
+        auto ld_a = [&](uint32_t (&a)[4], unsigned o, bool ok) { ldsm_x4(a, ok ? o ^ ((o >> 3) & sw_mask) : zero_s); };
+        float acc[R][NT][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.f;
+        for (int kd = 0; kd < g.fil[0]; ++kd) {
+            for (int kw = 0; kw < g.fil[2]; ++kw) {
+                uint32_t bf[FH][NT][2];
+#pragma unroll
+                for (int kh = 0; kh < FH; ++kh) {
+                    uint32_t r4[4];
+                    ldsm_x4(r4, b_base + ((kd * FH + kh) * g.fil[2] + kw) * b_step);
+                    bf[kh][0][0] = r4[0]; bf[kh][0][1] = r4[1]; bf[kh][1][0] = r4[2]; bf[kh][1][1] = r4[3];
+                }
+                const unsigned base = lane_base + (unsigned)kd * plane_bytes + (unsigned)kw * col_bytes;
+                uint32_t a[2][4];
+                ld_a(a[0], base, 0 < rows_ok);
+#pragma unroll
+                for (int ri = 0; ri < RI; ++ri) {
+                    if (ri + 1 < RI) ld_a(a[(ri + 1) & 1], base + (unsigned)(ri + 1) * row_bytes, ri + 1 < rows_ok);
+#pragma unroll
+                    for (int kh = 0; kh < FH; ++kh) {
+                        const int ro = ri - kh;
+                        if (ro < 0 || ro >= R) continue;
+#pragma unroll
+                        for (int j = 0; j < NT; ++j) mma16816<T>(acc[ro][j], a[ri & 1], bf[kh][j]);
+                    }
+                }
+            }
+        }
+        // accumulators -> the staging tile: rows lane / 4 and + 8 of the segment, channels 2q, 2q + 1
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int ro = r0 + r;
+            if (ro >= pl.th) break;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int c = seg * 16 + (lane >> 2) + 8 * h;
+                if (c >= pl.tw) continue;
+                const int m = ro * pl.tw + c;
+                const int sw = ((m >> sw_shift) & sw_out) << 4;
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const int cb = ((vg * VG + j * 8 + 2 * (lane & 3)) * 2) ^ sw;
+                    *reinterpret_cast<uint32_t*>(otile + m * pl.opitch + cb) = pack_pair<T>(acc[r][j][2 * h], acc[r][j][2 * h + 1]);
+                }
+            }
+        }
+    }
+}
+
+template <class T, int VG, bool SwIn, bool Rows>
 __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                           const T* __restrict__ wimg, T* __restrict__ y,
                                                           const __grid_constant__ CUtensorMap xmap,
@@ -438,6 +536,8 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
         if (tma && threadIdx.x == 0) tma_store_wait_read();  // the last tile's staging was read
         __syncthreads();  // this tile's pixels (and the weights) are in; the staging is free
         const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tiles_in + buf * pl.in_bytes);
+        if constexpr (Rows) tc_fwd_rows<T>(g, pl, tile_s, w_s, zero_s, otile, sw_mask, sw_shift, sw_out);
+        else
         for (int vg = warp & (gstep - 1); vg < pl.vgs; vg += gstep) {
             // this lane's 16-byte piece of a pixel: channels vg x VG (+ 8 for the k half at VG 16)
             const unsigned piece = (unsigned)(vg * VG * 2 + (VG == 16 ? a_half * 16 : 0)) >> 4;
@@ -897,7 +997,10 @@ struct Sm90TcConv {
                 // the driver refused a map: the software copies' plan (its tiles, its pitch)
                 if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
             }
-            auto kernel = pl.pitch == pl.bc * 2 ? conv_fwd_tc<T, VG, true> : conv_fwd_tc<T, VG, false>;
+            const bool sw = pl.pitch == pl.bc * 2;
+            auto kernel = sw ? conv_fwd_tc<T, VG, true, false> : conv_fwd_tc<T, VG, false, false>;
+            if constexpr (VG == 16)
+                if (pl.rows) kernel = sw ? conv_fwd_tc<T, VG, true, true> : conv_fwd_tc<T, VG, false, true>;
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             pdl_launch(kernel, dim3((unsigned)pl.blocks), dim3(kTcThreads), pl.smem, stream, d, pl, src,
                        static_cast<const T*>(img), dst, xmap, ymap);
