@@ -59,7 +59,7 @@ struct TcPlan {
     int opitch;                   // fwd: bytes per pixel of the staging tile
     int64_t pixel_tiles;          // output tiles in all
     int band, bands;              // tiles one block walks; bands = blocks along the pixels
-    int rows;                     // fwd / bwd_data: 1 = the row-reuse loop (conv_fwd_tc<..., Rows>)
+    int rows;                     // fwd / bwd_data: output rows a warp carries in the row-reuse loop (0: one-row loop)
     int64_t blocks;               // chunks x tap groups x bands
     size_t smem;
 };
@@ -72,13 +72,13 @@ constexpr int tc_wgrad_blocks_by_regs(int cpg, int maxt) {
     return maxt <= 4 ? (cpg == 8 ? 4 : 3) : maxt <= 8 ? 2 : 1;
 }
 
-// The forward's row-reuse loop (conv_fwd_tc<..., Rows = true>, tc_fwd_rows) at 16 channels a
+// The forward's row-reuse loop (conv_fwd_tc<..., Rows = 4 or 2>, tc_fwd_rows) at 16 channels a
 // virtual group, for 3-row filters at row stride and dilation 1: a warp owns kTcRows output
 // rows of one 16-column segment, and each A fragment it loads (16 input pixels of one input
 // row, one filter column) feeds the MMAs of every output row that input row reaches (up to 3),
 // instead of one. Off with TILEDISPATCH_NO_TC_ROWS (the one-row loop then runs: A/B
 // measurements, tests of both).
-constexpr int kTcRows = 4;
+constexpr int kTcRows = 4;  // output rows a warp carries: 4, or 2 where 4 leaves warps idle
 inline bool tc_rows_wanted() {
     static const bool off = std::getenv("TILEDISPATCH_NO_TC_ROWS") != nullptr;
     return !off;
@@ -160,6 +160,15 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         const bool fits = two <= 112 * 1024 && (227u << 10) / (two + 1024) >= (227u << 10) / (p.smem + 1024);
         p.stages = fits ? 2 : 1;
         if (fits) p.smem = two;
+    }
+    // the rows loop's work units (virtual group, 16-column segment, kTcRows or 2 rows): fewer
+    // than the block's warps would leave warps idle, where the one-row loop splits the m tiles
+    // (H200, 3D problem of bench/conv.py: rows of 4 where they make 8 units 54.9 us; 128-pixel
+    // tiles, 4 units of 4 rows left to the one-row loop 80.0, 8 units of 2 rows 57.6)
+    if (p.rows) {
+        const int col_units = p.vgs * ((p.tw + 15) / 16);
+        p.rows = col_units * ((p.th + kTcRows - 1) / kTcRows) >= kTcWarps ? kTcRows
+               : col_units * ((p.th + 1) / 2) >= kTcWarps ? 2 : 0;
     }
     p.tiles_w = (g.out[2] + p.tw - 1) / p.tw;
     p.tiles_h = (g.out[1] + p.th - 1) / p.th;
@@ -360,7 +369,7 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
 
 // ---------------------------------------------------------------- forward (and bwd_data)
 // The rows loop of one tile (pl.rows: 16 channels a virtual group, filter rows 3, row stride
-// and dilation 1). Work unit of a warp: (virtual group, 16-column segment, kTcRows output
+// and dilation 1). Work unit of a warp: (virtual group, 16-column segment, R (pl.rows) output
 // rows); the segment's columns past the tile's width compute the last column again and are
 // not stored. Per filter plane and column, the three filter rows' B fragments are loaded, then
 // input rows r0 .. r0 + R + 1 one at a time (the next row's ldmatrix issued before this row's
@@ -370,11 +379,11 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
 // At 8 channels a virtual group the same loop (A fragments of two filter columns, 5 MMAs an
 // output row) lost on the H200 at every register bound tried (bench/RESULTS.md, twentieth
 // session), so those kernels keep the one-row loop.
-template <class T>
+template <class T, int R>
 __device__ __forceinline__ void tc_fwd_rows(const DeviceGeometry& g, const TcPlan& pl, unsigned tile_s, unsigned w_s,
                                             unsigned zero_s, unsigned char* otile, unsigned sw_mask, int sw_shift,
                                             int sw_out) {
-    constexpr int R = kTcRows, FH = 3, VG = 16, NT = 2, RI = R + FH - 1;
+    constexpr int FH = 3, VG = 16, NT = 2, RI = R + FH - 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_half = lane >> 4;
     const int mat = lane >> 3, brow = lane & 7;
@@ -449,7 +458,7 @@ __device__ __forceinline__ void tc_fwd_rows(const DeviceGeometry& g, const TcPla
     }
 }
 
-template <class T, int VG, bool SwIn, bool Rows>
+template <class T, int VG, bool SwIn, int Rows>
 __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                           const T* __restrict__ wimg, T* __restrict__ y,
                                                           const __grid_constant__ CUtensorMap xmap,
@@ -536,7 +545,7 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
         if (tma && threadIdx.x == 0) tma_store_wait_read();  // the last tile's staging was read
         __syncthreads();  // this tile's pixels (and the weights) are in; the staging is free
         const unsigned tile_s = (unsigned)__cvta_generic_to_shared(tiles_in + buf * pl.in_bytes);
-        if constexpr (Rows) tc_fwd_rows<T>(g, pl, tile_s, w_s, zero_s, otile, sw_mask, sw_shift, sw_out);
+        if constexpr (Rows > 0) tc_fwd_rows<T, Rows>(g, pl, tile_s, w_s, zero_s, otile, sw_mask, sw_shift, sw_out);
         else
         for (int vg = warp & (gstep - 1); vg < pl.vgs; vg += gstep) {
             // this lane's 16-byte piece of a pixel: channels vg x VG (+ 8 for the k half at VG 16)
@@ -998,9 +1007,11 @@ struct Sm90TcConv {
                 if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
             }
             const bool sw = pl.pitch == pl.bc * 2;
-            auto kernel = sw ? conv_fwd_tc<T, VG, true, false> : conv_fwd_tc<T, VG, false, false>;
-            if constexpr (VG == 16)
-                if (pl.rows) kernel = sw ? conv_fwd_tc<T, VG, true, true> : conv_fwd_tc<T, VG, false, true>;
+            auto kernel = sw ? conv_fwd_tc<T, VG, true, 0> : conv_fwd_tc<T, VG, false, 0>;
+            if constexpr (VG == 16) {
+                if (pl.rows == kTcRows) kernel = sw ? conv_fwd_tc<T, VG, true, kTcRows> : conv_fwd_tc<T, VG, false, kTcRows>;
+                if (pl.rows == 2) kernel = sw ? conv_fwd_tc<T, VG, true, 2> : conv_fwd_tc<T, VG, false, 2>;
+            }
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             pdl_launch(kernel, dim3((unsigned)pl.blocks), dim3(kTcThreads), pl.smem, stream, d, pl, src,
                        static_cast<const T*>(img), dst, xmap, ymap);
