@@ -23,7 +23,9 @@
 //              sums in registers across the block's band of tiles; each band writes one
 //              fp32 partial row; conv_bwd_weight_reduce adds the rows in a fixed order.
 // A forward block walks a band of tiles too: weights loaded once, the next tile's copy
-// started before this tile's results are stored.
+// started before this tile's results are stored. At VG 16 with 3-row filters at row stride 1
+// its warps own rows of output and feed each A fragment to every output row it reaches
+// (tc_fwd_rows, the row-reuse loop).
 // The weights are packed once per call by a small kernel into the exact shared-memory image
 // every block copies (block-diagonal, taps padded, bwd_data flipped): no per-block index math.
 // The tiles move by TMA (cuda/tma.cuh; one thread a copy, zeros outside the image, the
@@ -458,6 +460,17 @@ __device__ __forceinline__ void tc_fwd_rows(const DeviceGeometry& g, const TcPla
     }
 }
 
+// g: the problem as a forward (bwd_data: over dy, flipped); x: its input; y: its output.
+// A block loads its weight image once and walks pl.band tiles. Rows > 0: tc_fwd_rows computes
+// each tile (VG 16 only; pl.rows says which); 0: the one-row loop below.
+//   pl.tma: one thread moves each tile by TMA (xmap: the input box with its halo, zeros
+//           outside the image; ymap: the staged results, clipped at the image's edge). A
+//           pixel's bc x 2 bytes are one swizzled span in shared memory (16-byte piece j of
+//           pixel p at j ^ (p / 2 % 4) for 32 channels, j ^ (p / 4 % 2) for 16), so the
+//           ldmatrix rows of consecutive pixels and the staging writes hit distinct banks.
+//           With pl.stages 2 the next tile's copy runs under this tile's MMAs.
+//   else:   the threads copy the input with cp.async (padded pitch) after this tile's MMAs
+//           and store the results with 16-byte writes.
 template <class T, int VG, bool SwIn, int Rows>
 __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(DeviceGeometry g, TcPlan pl, const T* __restrict__ x,
                                                           const T* __restrict__ wimg, T* __restrict__ y,
