@@ -41,12 +41,15 @@ PROBLEMS = [
     ("mamba_conv1d", 8, 4096, 1, 1, (2048,), (4,), 1, 3, "depthwise"),
 ]
 # Run only when named with --only (not part of the suite): other depthwise sizes, to
-# place the tensor-core depthwise kernel against the CUDA-core ones.
+# place the tensor-core depthwise kernel against the CUDA-core ones, and 2D grouped problems.
 EXTRA = [
     ("dw5x5_28", 32, 384, 1, 1, (28, 28), (5, 5), 1, 2, "depthwise"),
     ("convnext_s3_dw7x7", 32, 768, 1, 1, (14, 14), (7, 7), 1, 3, "depthwise"),
     ("convnext_s1_dw7x7", 32, 192, 1, 1, (56, 56), (7, 7), 1, 3, "depthwise"),
     ("mbv2_dw3x3_28", 64, 192, 1, 1, (28, 28), (3, 3), 1, 1, "depthwise"),
+    # 2D grouped at 16 channels a group, for the tiled_mma row-reuse loop
+    ("grouped2d_g32c16_28", 32, 32, 16, 16, (28, 28), (3, 3), 1, 1, "grouped"),
+    ("grouped2d_g16c16_56", 32, 16, 16, 16, (56, 56), (3, 3), 1, 1, "grouped"),
 ]
 DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
