@@ -116,16 +116,6 @@ __device__ __forceinline__ void dw_store(T* p, const float (&v)[VC]) {
     *reinterpret_cast<U*>(p) = raw;
 }
 
-template <int A, int B, int C>
-__device__ __forceinline__ void dw_zero(float (&acc)[A][B][C]) {
-#pragma unroll
-    for (int i = 0; i < A; ++i)
-#pragma unroll
-        for (int j = 0; j < B; ++j)
-#pragma unroll
-            for (int v = 0; v < C; ++v) acc[i][j][v] = 0.f;
-}
-
 // The 2D view every kernel here works on: rows H, columns W, channels C (1D: H = 1).
 struct DwGeometry {
     int N, C, hi, wi, ho, wo, ph, pw;
@@ -166,7 +156,7 @@ __global__ void __launch_bounds__(kDwThreads) conv_dw_fwd(DwGeometry g, const T*
         for (int t = 0; t < KH * KW; ++t) dw_weights<VC>(wt + t * g.C + c0, wr[t]);
     }
     float acc[TH][TW][VC];
-    dw_zero(acc);
+    zero_sums(acc);
     const T* xn = x + (int64_t)n * g.hi * g.wi * g.C + c0;
     const int iw0 = ow0 - g.pw;
     // One input row: its TW + KW - 1 vectors (zeros outside the image) into every
@@ -267,7 +257,7 @@ __global__ void __launch_bounds__(kDwWgradThreads, 2) conv_dw_bwd_weight(DwGeome
     const int64_t begin = slice * pl.per;
     const int64_t end = !active ? begin : begin + pl.per < pl.units ? begin + pl.per : pl.units;
     float acc[KR][KW][VC];
-    dw_zero(acc);
+    zero_sums(acc);
     // the unit's (segment, row, image), advanced per unit
     int seg = 0, oh = 0, n = 0;
     if (begin < end) {
@@ -451,7 +441,7 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_bwd_weight_slide(D
     const int cw = blockIdx.y * 32 * VC;  // the warp's first channel
     const bool active = cw + lane * VC < g.C;
     float acc[KH][KW][VC];
-    dw_zero(acc);
+    zero_sums(acc);
     const int64_t first = (int64_t)blockIdx.x * pl.per_block;
     const int64_t last = first + pl.per_block < pl.items ? first + pl.per_block : pl.items;
     for (int64_t it = first + warp; it < last; it += kDwSlideWarps) {
@@ -574,7 +564,7 @@ __global__ void __launch_bounds__(32 * kDwSlideWarps) conv_dw_fwd_slide(DwGeomet
 #pragma unroll
         for (int r = 0; r < S - 1; ++r) issue(r);
         float acc[KH][TW][VC];  // slot o % KH: output row o of the segment
-        dw_zero(acc);
+        zero_sums(acc);
         for (int r0 = 0; r0 < steps; r0 += KH) {
 #pragma unroll
             for (int s = 0; s < KH; ++s) {

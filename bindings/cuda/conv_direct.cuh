@@ -46,6 +46,17 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
     return __float2bfloat16_rn(v);
 }
 
+// A register array of fp32 sums set to zero (unrolled: the array stays in registers).
+template <int A, int B, int C>
+__device__ __forceinline__ void zero_sums(float (&acc)[A][B][C]) {
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < B; ++j)
+#pragma unroll
+            for (int v = 0; v < C; ++v) acc[i][j][v] = 0.f;
+}
+
 // Sizes on the device: 32-bit coordinates, 64-bit offsets.
 struct DeviceGeometry {
     int N, G, C, K;

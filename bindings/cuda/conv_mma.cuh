@@ -124,12 +124,7 @@ __global__ void __launch_bounds__(128) conv_mma(DeviceGeometry g, const T* __res
     };
 
     float acc[PM][PN][4];
-#pragma unroll
-    for (int i = 0; i < PM; ++i)
-#pragma unroll
-        for (int j = 0; j < PN; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    zero_sums(acc);
 
     for (int kk0 = 0; kk0 < kk_total; kk0 += 16) {
         uint32_t b[PN][2];

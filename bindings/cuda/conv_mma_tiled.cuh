@@ -408,12 +408,7 @@ __device__ __forceinline__ void tc_fwd_rows(const DeviceGeometry& g, const TcPla
         const unsigned b_base = w_s + (unsigned)(((vg * pl.tp * 2 + (mat & 1)) * 16 + (mat >> 1) * 8 + brow) * 16);
         auto ld_a = [&](uint32_t (&a)[4], unsigned o, bool ok) { ldsm_x4(a, ok ? o ^ ((o >> 3) & sw_mask) : zero_s); };
         float acc[R][NT][4];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.f;
+        zero_sums(acc);
         for (int kd = 0; kd < g.fil[0]; ++kd) {
             for (int kw = 0; kw < g.fil[2]; ++kw) {
                 uint32_t bf[FH][NT][2];
