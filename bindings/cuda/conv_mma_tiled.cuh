@@ -22,8 +22,9 @@
 //              groups); a warp owns (virtual group, up to MAXT taps) and keeps their
 //              sums in registers across the block's band of tiles; each band writes one
 //              fp32 partial row; conv_bwd_weight_reduce adds the rows in a fixed order.
-// A forward block walks a band of tiles too: weights loaded once, the next tile's copy
-// started before this tile's results are stored. At VG 16 with 3-row filters at row stride 1
+// A forward block walks a band of tiles too where few blocks fit an SM (weights loaded once,
+// the next tile's copy started before this tile's results are stored); where 4 or more fit,
+// one tile (tc_fwd_band). At VG 16 with 3-row filters at row stride 1
 // its warps own rows of output and feed each A fragment to every output row it reaches
 // (tc_fwd_rows, the row-reuse loop).
 // The weights are packed once per call by a small kernel into the exact shared-memory image
@@ -31,9 +32,11 @@
 // The tiles move by TMA (cuda/tma.cuh; one thread a copy, zeros outside the image, the
 // forward's results clipped at its edge) unless TILEDISPATCH_NO_TMA is set or the driver
 // refuses a tensor map; then the threads copy with cp.async. The eight rows one ldmatrix
-// phase reads must sit in different banks: the forward under TMA swizzles each pixel's
-// BC x 2 bytes (TMA's 64B / 32B modes); otherwise (and bwd_weight, whose TMA boxes take 8
-// channels more) a pixel takes BC x 2 + 16 bytes, an odd count of 16-byte slots.
+// phase reads must sit in different banks: under TMA every tile swizzles each pixel's BC x 2
+// bytes (TMA's 64B / 32B modes); the software copies give a pixel BC x 2 + 16 bytes, an odd
+// count of 16-byte slots. (bwd_weight's TMA boxes took 8 channels more for that padding until
+// the twenty-first session: H200, ResNeXt-101 bwd_weight 62.5 -> 54.4 us swizzled, ResNeXt-50
+// 40.6 -> 36.5, whose smaller stages now fit two buffers at 3 blocks a SM.)
 #pragma once
 
 #include "cuda/conv_mma.cuh"
@@ -105,12 +108,12 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     p.bc = chans % 32 == 0 && tc >= 32 ? 32 : (chans % 16 == 0 ? 16 : 0);
     if (!p.bc || p.bc < p.vg || cpg > p.vg || p.vg % cpg) return false;
     p.vgs = p.bc / p.vg;
-    // fwd under TMA: bc x 2 bytes a pixel, swizzled; else (and bwd_weight, whose TMA boxes
-    // take 8 channels more) one 16-byte slot more, so that ldmatrix rows fall in distinct banks
+    // under TMA: bc x 2 bytes a pixel, swizzled; the software copies: one 16-byte slot more,
+    // so that ldmatrix rows fall in distinct banks
     // (H200: fwd with TMA boxes of bc + 8 channels and the padded pitch, no swizzle arithmetic,
     // ResNeXt-101 53.8 us against 48.5 swizzled; 3D 81.2 against 72.3)
-    p.pitch = tma && !wgrad ? p.bc * 2 : p.bc * 2 + 16;
-    p.opitch = tma && !wgrad ? p.bc * 2 : p.pitch;  // fwd: the staging tile's pitch
+    p.pitch = tma ? p.bc * 2 : p.bc * 2 + 16;
+    p.opitch = p.pitch;  // fwd: the staging tile's pitch
     p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
     p.rows = !wgrad && p.vg == 16 && g.fil[1] == 3 && g.stride[1] == 1 && g.dil[1] == 1 && tc_rows_wanted();
     if (wgrad) {  // warps per virtual group split the taps; 4, 8 or 16 accumulator sets a warp
@@ -137,9 +140,10 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         p.tm_pad = (p.th * p.tw + 15) / 16 * 16;
         const int64_t in_px = (int64_t)p.planes_in * p.rows_in * p.cols_in;
         p.box_bytes = (int)std::min<int64_t>(in_px * p.pitch, INT32_MAX);
-        // TMA: swizzle-aligned (1024) buffers, bwd_weight's 128-byte aligned
-        p.in_bytes = tma && !wgrad ? (p.box_bytes + 1023) / 1024 * 1024 : (p.box_bytes + 127) / 128 * 128;
+        // TMA: swizzle-aligned (1024) buffers (bwd_weight's dy tile too: the stages follow it)
+        p.in_bytes = tma ? (p.box_bytes + 1023) / 1024 * 1024 : (p.box_bytes + 127) / 128 * 128;
         p.out_bytes = p.tm_pad * p.opitch;  // fwd: the output staging; bwd_weight: the dy tile
+        if (tma && wgrad) p.out_bytes = (p.out_bytes + 1023) / 1024 * 1024;
         p.w_bytes = wgrad ? 0 : p.vgs * p.tp * p.vg * p.vg * 2;
         // a zero slot, the TMA mbarriers, the band's tiles, pixel offsets, tap offsets
         p.table_bytes = 32 + kTcBand * 16 + (p.tm_pad + p.tp) * 4;
@@ -211,6 +215,35 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     if (p.blocks > INT32_MAX) return false;
     *out = p;
     return true;
+}
+
+// fwd / bwd_data: the band (tiles a block walks) once the kernel's resident blocks per SM
+// are known. At 4 or more, one tile a block: a block's copy, MMAs and store then overlap
+// those of the SM's other blocks, and the block scheduler evens out the SMs' work (H200,
+// bench/conv.py: ResNeXt-50 fwd 27.9 us with 2 tiles a block, 27.6 with 3 (one wave), 26.4
+// with 1; ResNeXt-101 44.3 / 44.3 / 43.8). With fewer blocks resident the band of tc_plan
+// (the 3D problem, 2 blocks a SM: 1 tile 59.5 us, 2 54.8, 4 54.4).
+inline void tc_fwd_band(TcPlan* pl, int per_sm) {
+    int band = per_sm >= 4 ? 1 : pl->band;
+    pl->band = (int)std::min<int64_t>(std::min(band, kTcBand), pl->pixel_tiles);
+    pl->bands = (int)((pl->pixel_tiles + pl->band - 1) / pl->band);
+    pl->blocks = (int64_t)pl->bands * pl->chunks;
+}
+
+// Resident blocks per SM of a kernel at this shared memory (cached: the query costs host time).
+inline int tc_blocks_per_sm(const void* kernel, size_t smem) {
+    thread_local const void* k_last = nullptr;
+    thread_local size_t s_last = 0;
+    thread_local int n_last = 0;
+    if (kernel != k_last || smem != s_last) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kTcThreads, smem) != cudaSuccess) {
+            cudaGetLastError();
+            n = 1;
+        }
+        k_last = kernel; s_last = smem; n_last = n;
+    }
+    return n_last;
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], unsigned addr) {
@@ -496,15 +529,12 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
         tma_load_5d(tiles_in + buf * pl.in_bytes, &xmap, c, bar + buf);
     };
 
-    // the weight image of this channel block (contiguous, 16-byte multiples), which the
-    // packing kernel before this one writes (pdl_launch: this block may be placed while that
-    // kernel runs), the first tile, the band's tile coordinates (their divisions once per
-    // block, not per tile and thread)
-    pdl_wait();
-    const int wvec = pl.w_bytes / 16;
-    const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)chunk * wvec;
-    for (int i = threadIdx.x; i < wvec; i += kTcThreads) cp_async16(reinterpret_cast<uint4*>(wsm) + i, wsrc + i, true);
-    const TcWalks<false> walks(pl);  // the software copies' walks (rebuilt where used: TMA needs none)
+    // the first tile (under TMA its copy starts before pdl_wait: the input is older than the
+    // packing kernel, and everything before that kernel in the stream is complete once it
+    // runs), the weight image of this channel block (contiguous, 16-byte multiples), which
+    // the packing kernel writes (pdl_launch: this block may be placed while that kernel
+    // runs), the band's tile coordinates (their divisions once per block, not per tile and
+    // thread)
     if (threadIdx.x == 0) {
         *zero = make_uint4(0, 0, 0, 0);
         if (tma) {
@@ -513,6 +543,11 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
             tma_input(tc_tile(g, pl, first), 0);
         }
     }
+    pdl_wait();
+    const int wvec = pl.w_bytes / 16;
+    const uint4* wsrc = reinterpret_cast<const uint4*>(wimg) + (int64_t)chunk * wvec;
+    for (int i = threadIdx.x; i < wvec; i += kTcThreads) cp_async16(reinterpret_cast<uint4*>(wsm) + i, wsrc + i, true);
+    const TcWalks<false> walks(pl);  // the software copies' walks (rebuilt where used: TMA needs none)
     if (!tma) tc_load_input(g, pl, tc_tile(g, pl, first), chunk, x, tiles_in, walks.input(pl));
     cp_async_commit();
     if ((int)threadIdx.x < ntiles) tiles[threadIdx.x] = tc_tile(g, pl, first + threadIdx.x);
@@ -646,7 +681,7 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
                 *reinterpret_cast<const uint4*>(otile + m * pl.pitch + (threadIdx.x & (units - 1)) * 16);
         }
     }
-    if (tma && threadIdx.x == 0) tma_store_wait_all();  // the shared memory outlives the stores
+    if (tma && threadIdx.x == 0) tma_store_wait_read();  // the shared memory outlives the stores' reads
 }
 
 // ---------------------------------------------------------------- backward weight
@@ -658,11 +693,13 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
                                                             const T* __restrict__ dy, float* __restrict__ partial,
                                                             const __grid_constant__ CUtensorMap xmap,
                                                             const __grid_constant__ CUtensorMap dymap) {
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(1024) unsigned char smem[];
     pdl_trigger();  // the reduction of the partial rows may be placed: it waits for this kernel
     // pl.stages buffers of (input tile, dy tile); with 2, the next tile's copy runs under
-    // this tile's MMAs. pl.tma: one thread copies both tiles of a stage by TMA (boxes of
-    // bc + 8 channels: the padded pitch), completing on the stage's mbarrier.
+    // this tile's MMAs. pl.tma: one thread copies both tiles of a stage by TMA (bc x 2 bytes
+    // a pixel, swizzled: 16-byte piece j of a pixel at address a sits at piece
+    // j ^ ((a >> 7) & sw), as conv_fwd_tc reads its input; every buffer is 1024-byte
+    // aligned), completing on the stage's mbarrier.
     const int stage_bytes = pl.in_bytes + pl.out_bytes;
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + pl.stages * stage_bytes + 16);
     int* pixoff = reinterpret_cast<int*>(smem + pl.stages * stage_bytes + 32);
@@ -691,6 +728,9 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const int ochans = g.G * g.K;  // 32-bit offsets: tensors below 2^31 elements
     const T* dbase = dy + (int64_t)chunk * pl.bc + (threadIdx.x & (units - 1)) * 8;
     const int valid = pl.th * pl.tw;
+    // under TMA the tiles are swizzled (see above): an ldmatrix row's address a -> a ^ ((a >> 3) & sw)
+    const unsigned sw = pl.tma && pl.pitch == pl.bc * 2 ? (pl.bc == 32 ? 0x30u : 0x10u) : 0u;
+    auto swz = [sw](unsigned a) { return a ^ ((a >> 3) & sw); };
 
     // 4 and 8 channels per group: two of the warp's taps fill the MMA's M instead of the 16
     // k: A = x^T, rows (tap half, 8 c), from the input tile at the two taps; B = dy, the same
@@ -792,7 +832,7 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
             const unsigned d_base = stage_s + d_off, x_chan = stage_s + (unsigned)(vg * 32);
             for (int mt = 0; mt < mtiles; ++mt) {
                 uint32_t bq[4];
-                ldsm_x4_trans(bq, d_base + (unsigned)(mt * 16 * pl.pitch));
+                ldsm_x4_trans(bq, swz(d_base + (unsigned)(mt * 16 * pl.pitch)));
                 const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
                 const unsigned px = x_chan + (unsigned)pixoff[mt * 16 + x_px];
                 if constexpr (CPG == 4) {
@@ -803,8 +843,8 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
 #pragma unroll
                     for (int i = 0; i < NACC; ++i) {
                         if (2 * i >= ntap) break;  // warp-uniform
-                        ldsm_x4_trans(a0[i], px + toff[i]);
-                        ldsm_x4_trans(a1[i], px + toff[i] + 16);
+                        ldsm_x4_trans(a0[i], swz(px + toff[i]));
+                        ldsm_x4_trans(a1[i], swz(px + toff[i] + 16));
                     }
 #pragma unroll
                     for (int i = 0; i < NACC; ++i) {
@@ -817,8 +857,8 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
                     for (int i = 0; i < NACC; ++i) {
                         if (2 * i >= ntap) break;  // warp-uniform
                         uint32_t a0[4], a1[4];
-                        ldsm_x4_trans(a0, px + toff[i]);
-                        ldsm_x4_trans(a1, px + toff[i] + 16);
+                        ldsm_x4_trans(a0, swz(px + toff[i]));
+                        ldsm_x4_trans(a1, swz(px + toff[i] + 16));
                         mma16816<T>(acc[i][0], a0, b0);
                         mma16816<T>(acc[i][1], a1, b1);
                     }
@@ -827,15 +867,15 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         } else {
             for (int mt = 0; mt < mtiles; ++mt) {
                 uint32_t a[4];
-                ldsm_x4_trans(a, a_base + (unsigned)(mt * 16 * pl.pitch));
+                ldsm_x4_trans(a, swz(a_base + (unsigned)(mt * 16 * pl.pitch)));
                 const unsigned px = b_chan + (unsigned)pixoff[mt * 16 + b_px];
 #pragma unroll
                 for (int i = 0; i < MAXT; i += 2) {  // two taps' fragments before their MMAs (3D: 95.2 -> 88.4 us)
                     if (i >= ntap) break;  // warp-uniform
                     const bool second = i + 1 < ntap;
                     uint32_t bq[4], bq2[4];
-                    ldsm_x4_trans(bq, px + toff[i]);
-                    if (second) ldsm_x4_trans(bq2, px + toff[i + 1]);
+                    ldsm_x4_trans(bq, swz(px + toff[i]));
+                    if (second) ldsm_x4_trans(bq2, swz(px + toff[i + 1]));
                     const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
                     mma16816<T>(acc[i][0], a, b0);
                     mma16816<T>(acc[i][1], a, b1);
@@ -911,15 +951,15 @@ inline bool tc_output_map(const DeviceGeometry& d, const TcPlan& pl, const void*
     return tma_map_16bit(map, dst, dims, box, tc_swizzle(pl));
 }
 
-// The bwd_weight tensor maps: x under the input tile, dy under the output tile, boxes of
-// bc + 8 channels (each pixel then takes the padded pitch; zeros past the last channel).
+// The bwd_weight tensor maps: x under the input tile, dy under the output tile, boxes of bc
+// channels swizzled as the forward's.
 inline bool tc_wgrad_maps(const DeviceGeometry& d, const TcPlan& pl, const void* x, const void* dy, CUtensorMap* xmap,
                           CUtensorMap* dymap) {
     const int64_t xdims[5] = {(int64_t)d.G * d.C, d.in[2], d.in[1], d.in[0], d.N};
-    const int xbox[5] = {pl.bc + 8, pl.cols_in, pl.rows_in, pl.planes_in, 1};
+    const int xbox[5] = {pl.bc, pl.cols_in, pl.rows_in, pl.planes_in, 1};
     const int64_t ddims[5] = {(int64_t)d.G * d.K, d.out[2], d.out[1], d.out[0], d.N};
-    const int dbox[5] = {pl.bc + 8, pl.tw, pl.th, 1, 1};
-    return tma_map_16bit(xmap, x, xdims, xbox) && tma_map_16bit(dymap, dy, ddims, dbox);
+    const int dbox[5] = {pl.bc, pl.tw, pl.th, 1, 1};
+    return tma_map_16bit(xmap, x, xdims, xbox, tc_swizzle(pl)) && tma_map_16bit(dymap, dy, ddims, dbox, tc_swizzle(pl));
 }
 
 template <int DType, int Ndim, int Direction, int CPG, int TM, int TC = 32>
@@ -1021,6 +1061,7 @@ struct Sm90TcConv {
                 if (pl.rows == 2) kernel = sw ? conv_fwd_tc<T, VG, true, 2> : conv_fwd_tc<T, VG, false, 2>;
             }
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+            tc_fwd_band(&pl, tc_blocks_per_sm(reinterpret_cast<const void*>(kernel), pl.smem));
             pdl_launch(kernel, dim3((unsigned)pl.blocks), dim3(kTcThreads), pl.smem, stream, d, pl, src,
                        static_cast<const T*>(img), dst, xmap, ymap);
         }
