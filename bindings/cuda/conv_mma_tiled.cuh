@@ -73,8 +73,12 @@ struct TcPlan {
 // taps a warp (at most 85 registers), 2 at 8 (122 used), 1 at 16 (212). At 8 channels per
 // group and 4 taps, 4 blocks (64 registers, a few bytes spilled): H200, ResNeXt-101
 // bwd_weight 92.4 -> 86.8 us; at 4 channels per group 4 blocks lost (ResNeXt-50 53.9 -> 57.0).
+// At 4 and 8 channels per group (tc_wgrad_pairs) a warp carries every tap of its tap group,
+// kTcPairTaps at most (2D 3x3: 5 pairs, 40 sums), at 3 blocks a SM.
+constexpr int kTcPairTaps = 10;
+constexpr bool tc_wgrad_pairs(int cpg) { return cpg == 4 || cpg == 8; }
 constexpr int tc_wgrad_blocks_by_regs(int cpg, int maxt) {
-    return maxt <= 4 ? (cpg == 8 ? 4 : 3) : maxt <= 8 ? 2 : 1;
+    return tc_wgrad_pairs(cpg) ? (maxt <= 4 && cpg == 8 ? 4 : 3) : maxt <= 4 ? 3 : maxt <= 8 ? 2 : 1;
 }
 
 // The forward's row-reuse loop (conv_fwd_tc<..., Rows = 4 or 2>, tc_fwd_rows) at 16 channels a
@@ -116,7 +120,11 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
     p.opitch = p.pitch;  // fwd: the staging tile's pitch
     p.tp = p.vg == 8 ? (g.taps + 1) / 2 * 2 : g.taps;
     p.rows = !wgrad && p.vg == 16 && g.fil[1] == 3 && g.stride[1] == 1 && g.dil[1] == 1 && tc_rows_wanted();
-    if (wgrad) {  // warps per virtual group split the taps; 4, 8 or 16 accumulator sets a warp
+    if (wgrad && tc_wgrad_pairs(cpg)) {  // a warp takes every tap of the block's tap group
+        p.maxt = g.taps <= 4 ? 4 : kTcPairTaps;
+        p.tap_groups = (g.taps + p.maxt - 1) / p.maxt;
+        p.group_taps = (g.taps + p.tap_groups - 1) / p.tap_groups;  // balanced
+    } else if (wgrad) {  // warps per virtual group split the taps; 4, 8 or 16 accumulator sets a warp
         // (registers: 2D 3x3 needs 3 and at 8 ran two blocks per SM where 4 allows three)
         const int wpg = kTcWarps / p.vgs;
         const int per_warp = (g.taps + wpg - 1) / wpg;
@@ -203,6 +211,8 @@ inline bool tc_plan(const DeviceGeometry& g, int cpg, int tm, int tc, bool wgrad
         const int per_sm_two = std::min<int>(by_regs, (int)((227u << 10) / (two + 1024)));
         p.stages = two <= 112 * 1024 && per_sm_two >= per_sm_one ? 2 : 1;
         if (p.stages == 2) p.smem = two;
+        // the pairs kernel sums its m slices' registers through shared memory at the end
+        if (tc_wgrad_pairs(cpg)) p.smem = std::max(p.smem, (size_t)p.vgs * (p.maxt / 2) * 1024);
         const int per_sm = std::max(1, p.stages == 2 ? per_sm_two : per_sm_one);
         const int64_t bands_most = std::max<int64_t>(1, (int64_t)per_sm * sms / lanes);
         band = std::max((p.pixel_tiles + bands_most - 1) / bands_most, need);
@@ -715,8 +725,13 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned smem_s = (unsigned)__cvta_generic_to_shared(smem);
-    const int vg = warp % pl.vgs, tstep = kTcWarps / pl.vgs;
-    const int t0 = tgroup * pl.group_taps + warp / pl.vgs;
+    // 4 and 8 channels per group (kPairs, below): a warp takes every tap of the tap group and
+    // the m tiles mslice, + mstep, ... of each tile; else the warps of a virtual group split
+    // the taps (t0 + i tstep)
+    constexpr bool kPairs = tc_wgrad_pairs(CPG);
+    const int vg = warp % pl.vgs, tstep = kPairs ? 1 : kTcWarps / pl.vgs;
+    const int mslice = kPairs ? warp / pl.vgs : 0, mstep = kPairs ? kTcWarps / pl.vgs : 1;
+    const int t0 = tgroup * pl.group_taps + (kPairs ? 0 : warp / pl.vgs);
     const int mat = lane >> 3, row = lane & 7;
     // A = dy^T (16 k x 16 pixels): matrix (pixel half mat >> 1, channel half mat & 1)
     const unsigned a_off = (unsigned)(pl.in_bytes + (row + 8 * (mat >> 1)) * pl.pitch + (vg * 16 + 8 * (mat & 1)) * 2);
@@ -737,7 +752,9 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     // 8 channels as k (each n8 half of the virtual group is one MMA). At 8 channels per group
     // an 8 x 8 block is one real group, so no MMA works on the zero blocks between groups
     // (half of them with 16 k in M); at 4, half of each block is a weight (a quarter before).
-    constexpr bool kPairs = CPG == 8 || CPG == 4;
+    // Every warp carries all the pairs (an equal share of the work: split by taps, 2D 3x3's
+    // 5 pairs left one warp of four with two, and each warp loaded the dy fragments); the m
+    // slices' sums are added through shared memory at the end.
     constexpr int NACC = kPairs ? MAXT / 2 : MAXT;  // accumulator sets: tap pairs, or taps
     float acc[NACC][2][4];
 #pragma unroll
@@ -780,7 +797,8 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     };
     // this warp's taps t0 + i tstep (i < ntap) and their byte offsets, read once
     __syncthreads();  // the tables are written
-    const int ntap = t0 < g.taps ? min(MAXT, (g.taps - t0 + tstep - 1) / tstep) : 0;
+    const int ntap = kPairs ? max(0, min(pl.group_taps, g.taps - t0))
+                            : t0 < g.taps ? min(MAXT, (g.taps - t0 + tstep - 1) / tstep) : 0;
     unsigned toff[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) {
@@ -829,39 +847,21 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         const unsigned stage_s = smem_s + (unsigned)(st * stage_bytes);
         const unsigned a_base = stage_s + a_off, b_chan = stage_s + b_off;
         if constexpr (kPairs) {
+            // every pair's MMAs, the unused ones included (their sums are not written): no
+            // branch in the loop (a lane's unused taps read the tile at offset 0)
             const unsigned d_base = stage_s + d_off, x_chan = stage_s + (unsigned)(vg * 32);
-            for (int mt = 0; mt < mtiles; ++mt) {
+            for (int mt = mslice; mt < mtiles; mt += mstep) {
                 uint32_t bq[4];
                 ldsm_x4_trans(bq, swz(d_base + (unsigned)(mt * 16 * pl.pitch)));
                 const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
                 const unsigned px = x_chan + (unsigned)pixoff[mt * 16 + x_px];
-                if constexpr (CPG == 4) {
-                    // every pair's fragments before the first MMA (H200: ResNeXt-50 41.2 ->
-                    // 39.8 us; at 8 channels a group, held to 64 registers, it spilled and
-                    // lost: ResNeXt-101 63.6 -> 65.5)
-                    uint32_t a0[NACC][4], a1[NACC][4];
 #pragma unroll
-                    for (int i = 0; i < NACC; ++i) {
-                        if (2 * i >= ntap) break;  // warp-uniform
-                        ldsm_x4_trans(a0[i], swz(px + toff[i]));
-                        ldsm_x4_trans(a1[i], swz(px + toff[i] + 16));
-                    }
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) {
-                        if (2 * i >= ntap) break;
-                        mma16816<T>(acc[i][0], a0[i], b0);
-                        mma16816<T>(acc[i][1], a1[i], b1);
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) {
-                        if (2 * i >= ntap) break;  // warp-uniform
-                        uint32_t a0[4], a1[4];
-                        ldsm_x4_trans(a0, swz(px + toff[i]));
-                        ldsm_x4_trans(a1, swz(px + toff[i] + 16));
-                        mma16816<T>(acc[i][0], a0, b0);
-                        mma16816<T>(acc[i][1], a1, b1);
-                    }
+                for (int i = 0; i < NACC; ++i) {
+                    uint32_t a0[4], a1[4];
+                    ldsm_x4_trans(a0, swz(px + toff[i]));
+                    ldsm_x4_trans(a1, swz(px + toff[i] + 16));
+                    mma16816<T>(acc[i][0], a0, b0);
+                    mma16816<T>(acc[i][1], a1, b1);
                 }
             }
         } else {
@@ -887,6 +887,24 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
                 }
             }
         }
+    }
+    if constexpr (kPairs) {  // the m slices' sums into slice 0's registers (the stages are free)
+        float* red = reinterpret_cast<float*>(smem) + vg * (NACC * 8 * 32) + lane;
+        for (int s = 1; s < mstep; ++s) {
+            __syncthreads();  // every read of the tiles (s = 1) or of the last slice's sums is done
+            if (mslice == s)
+#pragma unroll
+                for (int i = 0; i < NACC; ++i)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) red[(i * 8 + e) * 32] = acc[i][e >> 2][e & 3];
+            __syncthreads();
+            if (mslice == 0)
+#pragma unroll
+                for (int i = 0; i < NACC; ++i)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) acc[i][e >> 2][e & 3] += red[(i * 8 + e) * 32];
+        }
+        if (mslice != 0) return;
     }
     // D[k][c]: acc[i][j][0..1] -> (k = r, c = 8j + 2q, + 1), acc[i][j][2..3] -> k = r + 8
     const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
@@ -1033,8 +1051,13 @@ struct Sm90TcConv {
                 // the driver refused a map: the software copies' plan
                 if (!plan(geo, &d, &pl, false)) return fail(TD_REJECTED, "the tile with its halo does not fit shared memory");
             }
-            auto kernel = pl.maxt == 4 ? conv_wgrad_tc<T, CPG, 4>
-                        : pl.maxt == 8 ? conv_wgrad_tc<T, CPG, 8> : conv_wgrad_tc<T, CPG, 16>;
+            auto kernel = conv_wgrad_tc<T, CPG, 4>;
+            if constexpr (tc_wgrad_pairs(CPG)) {
+                if (pl.maxt == kTcPairTaps) kernel = conv_wgrad_tc<T, CPG, kTcPairTaps>;
+            } else {
+                if (pl.maxt == 8) kernel = conv_wgrad_tc<T, CPG, 8>;
+                if (pl.maxt == 16) kernel = conv_wgrad_tc<T, CPG, 16>;
+            }
             if (pl.smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
             float* part = static_cast<float*>(scratch);
             kernel<<<(unsigned)pl.blocks, kTcThreads, pl.smem, stream>>>(d, pl, x, dy, part, xmap, dymap);
