@@ -843,18 +843,20 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         } else {
             landed(ti, st, false);
         }
-        __syncthreads();
+        if (!tma) __syncthreads();  // the threads' copies are in (TMA: each thread waited on the mbarrier)
         const unsigned stage_s = smem_s + (unsigned)(st * stage_bytes);
         const unsigned a_base = stage_s + a_off, b_chan = stage_s + b_off;
         if constexpr (kPairs) {
             // every pair's MMAs, the unused ones included (their sums are not written): no
             // branch in the loop (a lane's unused taps read the tile at offset 0)
             const unsigned d_base = stage_s + d_off, x_chan = stage_s + (unsigned)(vg * 32);
+            int pnext = pixoff[min(mslice, mtiles - 1) * 16 + x_px];  // the next m tile's, loaded a step ahead
             for (int mt = mslice; mt < mtiles; mt += mstep) {
                 uint32_t bq[4];
                 ldsm_x4_trans(bq, swz(d_base + (unsigned)(mt * 16 * pl.pitch)));
                 const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
-                const unsigned px = x_chan + (unsigned)pixoff[mt * 16 + x_px];
+                const unsigned px = x_chan + (unsigned)pnext;
+                pnext = pixoff[min(mt + mstep, mtiles - 1) * 16 + x_px];
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) {
                     uint32_t a0[4], a1[4];
