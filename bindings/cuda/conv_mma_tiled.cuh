@@ -69,16 +69,16 @@ struct TcPlan {
     size_t smem;
 };
 
-// bwd_weight blocks per SM, held by __launch_bounds__ (the plan counts on them): 3 at 4
-// taps a warp (at most 85 registers), 2 at 8 (122 used), 1 at 16 (212). At 8 channels per
-// group and 4 taps, 4 blocks (64 registers, a few bytes spilled): H200, ResNeXt-101
-// bwd_weight 92.4 -> 86.8 us; at 4 channels per group 4 blocks lost (ResNeXt-50 53.9 -> 57.0).
+// bwd_weight blocks per SM, held by __launch_bounds__ (the plan counts on them). 16 channels
+// per group: 3 at 4 taps a warp (at most 85 registers), 2 at 8 (122 used), 1 at 16 (212).
 // At 4 and 8 channels per group (tc_wgrad_pairs) a warp carries every tap of its tap group,
-// kTcPairTaps at most (2D 3x3: 5 pairs, 40 sums), at 3 blocks a SM.
+// kTcPairTaps at most, for 8 channels (2D 3x3: 5 pairs, 20 sums), at 4 blocks a SM (64
+// registers, 12 bytes spilled; H200, both 8-channel halves in a warp at 80 registers and 3
+// blocks: ResNeXt-101 49.8 us, ResNeXt-50 33.3; one half at 4 blocks 48.3-49.0, 33.1-33.9).
 constexpr int kTcPairTaps = 10;
 constexpr bool tc_wgrad_pairs(int cpg) { return cpg == 4 || cpg == 8; }
 constexpr int tc_wgrad_blocks_by_regs(int cpg, int maxt) {
-    return tc_wgrad_pairs(cpg) ? (maxt <= 4 && cpg == 8 ? 4 : 3) : maxt <= 4 ? 3 : maxt <= 8 ? 2 : 1;
+    return tc_wgrad_pairs(cpg) ? 4 : maxt <= 4 ? 3 : maxt <= 8 ? 2 : 1;
 }
 
 // The forward's row-reuse loop (conv_fwd_tc<..., Rows = 4 or 2>, tc_fwd_rows) at 16 channels a
@@ -263,6 +263,9 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], unsigned addr) {
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t (&r)[2], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
@@ -725,12 +728,13 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned smem_s = (unsigned)__cvta_generic_to_shared(smem);
-    // 4 and 8 channels per group (kPairs, below): a warp takes every tap of the tap group and
-    // the m tiles mslice, + mstep, ... of each tile; else the warps of a virtual group split
-    // the taps (t0 + i tstep)
+    // 4 and 8 channels per group (kPairs, below): a warp takes every tap of the tap group, one
+    // 8-channel half jw of its virtual group and the m tiles mslice, + mstep, ... of each tile;
+    // else the warps of a virtual group split the taps (t0 + i tstep)
     constexpr bool kPairs = tc_wgrad_pairs(CPG);
     const int vg = warp % pl.vgs, tstep = kPairs ? 1 : kTcWarps / pl.vgs;
-    const int mslice = kPairs ? warp / pl.vgs : 0, mstep = kPairs ? kTcWarps / pl.vgs : 1;
+    const int jw = kPairs ? (warp / pl.vgs) & 1 : 0;
+    const int mslice = kPairs ? warp / (2 * pl.vgs) : 0, mstep = kPairs ? kTcWarps / (2 * pl.vgs) : 1;
     const int t0 = tgroup * pl.group_taps + (kPairs ? 0 : warp / pl.vgs);
     const int mat = lane >> 3, row = lane & 7;
     // A = dy^T (16 k x 16 pixels): matrix (pixel half mat >> 1, channel half mat & 1)
@@ -752,15 +756,17 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     // 8 channels as k (each n8 half of the virtual group is one MMA). At 8 channels per group
     // an 8 x 8 block is one real group, so no MMA works on the zero blocks between groups
     // (half of them with 16 k in M); at 4, half of each block is a weight (a quarter before).
-    // Every warp carries all the pairs (an equal share of the work: split by taps, 2D 3x3's
-    // 5 pairs left one warp of four with two, and each warp loaded the dy fragments); the m
-    // slices' sums are added through shared memory at the end.
+    // Every warp carries all the pairs of one 8-channel half (an equal share of the work:
+    // split by taps, 2D 3x3's 5 pairs left one warp of four with two, and each warp loaded the
+    // dy fragments; both halves in a warp took 80 registers, 3 blocks a SM); the m slices'
+    // sums are added through shared memory at the end.
     constexpr int NACC = kPairs ? MAXT / 2 : MAXT;  // accumulator sets: tap pairs, or taps
-    float acc[NACC][2][4];
+    constexpr int NJ = kPairs ? 1 : 2;              // n8 halves a warp carries
+    float acc[NACC][NJ][4];
 #pragma unroll
     for (int i = 0; i < NACC; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
@@ -809,9 +815,9 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
             toff[i] = i < ntap ? (unsigned)tapoff[t0 + i * tstep] : 0u;
         }
     }
-    // pairs: B = dy (16 pixels x 16 k): matrix (pixel half mat & 1, group mat >> 1); A = x^T:
-    // matrix (tap half mat & 1, pixel half mat >> 1) at this lane's pixel row
-    const unsigned d_off = (unsigned)(pl.in_bytes + (row + 8 * (mat & 1)) * pl.pitch + (vg * 16 + 8 * (mat >> 1)) * 2);
+    // pairs: B = dy (16 pixels x the 8 k of half jw): matrix (pixel half mat & 1), ldmatrix.x2;
+    // A = x^T: matrix (tap half mat & 1, pixel half mat >> 1) at this lane's pixel row
+    const unsigned d_off = (unsigned)(pl.in_bytes + (row + 8 * (mat & 1)) * pl.pitch + (vg * 16 + 8 * jw) * 2);
     const int x_px = row + 8 * (mat >> 1);
     const bool ahead = pl.stages > 1;
     if (tma) {  // the mbarriers; the dy rows past the tile's pixels stay zero (TMA writes the box only)
@@ -849,21 +855,18 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         if constexpr (kPairs) {
             // every pair's MMAs, the unused ones included (their sums are not written): no
             // branch in the loop (a lane's unused taps read the tile at offset 0)
-            const unsigned d_base = stage_s + d_off, x_chan = stage_s + (unsigned)(vg * 32);
+            const unsigned d_base = stage_s + d_off, x_chan = stage_s + (unsigned)(vg * 32 + jw * 16);
             int pnext = pixoff[min(mslice, mtiles - 1) * 16 + x_px];  // the next m tile's, loaded a step ahead
             for (int mt = mslice; mt < mtiles; mt += mstep) {
-                uint32_t bq[4];
-                ldsm_x4_trans(bq, swz(d_base + (unsigned)(mt * 16 * pl.pitch)));
-                const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
+                uint32_t b[2];
+                ldsm_x2_trans(b, swz(d_base + (unsigned)(mt * 16 * pl.pitch)));
                 const unsigned px = x_chan + (unsigned)pnext;
                 pnext = pixoff[min(mt + mstep, mtiles - 1) * 16 + x_px];
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) {
-                    uint32_t a0[4], a1[4];
-                    ldsm_x4_trans(a0, swz(px + toff[i]));
-                    ldsm_x4_trans(a1, swz(px + toff[i] + 16));
-                    mma16816<T>(acc[i][0], a0, b0);
-                    mma16816<T>(acc[i][1], a1, b1);
+                    uint32_t a[4];
+                    ldsm_x4_trans(a, swz(px + toff[i]));
+                    mma16816<T>(acc[i][0], a, b);
                 }
             }
         } else {
@@ -891,20 +894,20 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
         }
     }
     if constexpr (kPairs) {  // the m slices' sums into slice 0's registers (the stages are free)
-        float* red = reinterpret_cast<float*>(smem) + vg * (NACC * 8 * 32) + lane;
+        float* red = reinterpret_cast<float*>(smem) + (vg * 2 + jw) * (NACC * 4 * 32) + lane;
         for (int s = 1; s < mstep; ++s) {
             __syncthreads();  // every read of the tiles (s = 1) or of the last slice's sums is done
             if (mslice == s)
 #pragma unroll
                 for (int i = 0; i < NACC; ++i)
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) red[(i * 8 + e) * 32] = acc[i][e >> 2][e & 3];
+                    for (int e = 0; e < 4; ++e) red[(i * 4 + e) * 32] = acc[i][0][e];
             __syncthreads();
             if (mslice == 0)
 #pragma unroll
                 for (int i = 0; i < NACC; ++i)
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) acc[i][e >> 2][e & 3] += red[(i * 8 + e) * 32];
+                    for (int e = 0; e < 4; ++e) acc[i][0][e] += red[(i * 4 + e) * 32];
         }
         if (mslice != 0) return;
     }
@@ -912,19 +915,17 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     const int64_t elems = (int64_t)g.G * g.K * g.taps * g.C;
     float* prow = partial + (int64_t)band * elems;
     const int q = lane & 3, r = lane >> 2;
-    if constexpr (kPairs) {  // acc[i][j]: rows (tap half e >> 1, c = 8j + r), columns k = 8j + 2q + (e & 1)
+    if constexpr (kPairs) {  // acc[i][0]: rows (tap half e >> 1, c = 8 jw + r), columns k = 8 jw + 2q + (e & 1)
 #pragma unroll
         for (int i = 0; i < NACC; ++i)
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int ti = 2 * i + (e >> 1), k = 2 * q + (e & 1);
-                    if (ti >= ntap || k / CPG != r / CPG) continue;  // across real groups: not a weight
-                    const int tap = t0 + ti * tstep;
-                    const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16 + 8 * j + r) / CPG;
-                    prow[((grp * CPG + k % CPG) * g.taps + tap) * CPG + r % CPG] = acc[i][j][e];
-                }
+            for (int e = 0; e < 4; ++e) {
+                const int ti = 2 * i + (e >> 1), k = 2 * q + (e & 1);
+                if (ti >= ntap || k / CPG != r / CPG) continue;  // across real groups: not a weight
+                const int tap = t0 + ti * tstep;
+                const int64_t grp = ((int64_t)chunk * pl.bc + vg * 16 + 8 * jw + r) / CPG;
+                prow[((grp * CPG + k % CPG) * g.taps + tap) * CPG + r % CPG] = acc[i][0][e];
+            }
     } else {
 #pragma unroll
         for (int i = 0; i < MAXT; ++i) {
