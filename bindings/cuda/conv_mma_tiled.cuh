@@ -240,18 +240,21 @@ inline void tc_fwd_band(TcPlan* pl, int per_sm) {
     pl->blocks = (int64_t)pl->bands * pl->chunks;
 }
 
-// Resident blocks per SM of a kernel at this shared memory (cached: the query costs host time).
+// Resident blocks per SM of a kernel at this shared memory on the current device (the last
+// answer cached: the query costs host time).
 inline int tc_blocks_per_sm(const void* kernel, size_t smem) {
     thread_local const void* k_last = nullptr;
     thread_local size_t s_last = 0;
-    thread_local int n_last = 0;
-    if (kernel != k_last || smem != s_last) {
+    thread_local int d_last = -1, n_last = 0;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (kernel != k_last || smem != s_last || dev != d_last) {
         int n = 0;
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kTcThreads, smem) != cudaSuccess) {
             cudaGetLastError();
-            n = 1;
+            n = 1;  // the band of tc_plan
         }
-        k_last = kernel; s_last = smem; n_last = n;
+        k_last = kernel; s_last = smem; d_last = dev; n_last = n;
     }
     return n_last;
 }
