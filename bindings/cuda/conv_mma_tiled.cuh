@@ -19,9 +19,11 @@
 //              dy[pixel][k] * x[in(pixel, tap)][c]: both operands from the tiles through
 //              ldmatrix.trans (at 4 and 8 channels per group transposed, D[(tap pair, c)][k]
 //              per 8 channels: two taps in M, dy as B, fewer MMAs on the zeros between real
-//              groups); a warp owns (virtual group, up to MAXT taps) and keeps their
-//              sums in registers across the block's band of tiles; each band writes one
-//              fp32 partial row; conv_bwd_weight_reduce adds the rows in a fixed order.
+//              groups); a warp owns (virtual group, up to MAXT taps), or at 4 and 8
+//              channels per group (8-channel half, every tap pair, a slice of each tile's
+//              m tiles), and keeps its sums in registers across the block's band of tiles;
+//              each band writes one fp32 partial row; conv_bwd_weight_reduce adds the rows
+//              in a fixed order.
 // A forward block walks a band of tiles too where few blocks fit an SM (weights loaded once,
 // the next tile's copy started before this tile's results are stored); where 4 or more fit,
 // one tile (tc_fwd_band). At VG 16 with 3-row filters at row stride 1
