@@ -448,12 +448,7 @@ __global__ void conv_bwd_weight_direct(DeviceGeometry g, const T* __restrict__ x
     int f[3];
     tap_coords(active ? tap : 0, g, f);
     float acc[GB][KT][CPG];
-#pragma unroll
-    for (int j = 0; j < GB; ++j)
-#pragma unroll
-        for (int k = 0; k < KT; ++k)
-#pragma unroll
-            for (int c = 0; c < CPG; ++c) acc[j][k][c] = 0.f;
+    zero_sums(acc);
     PixelCursor cur;
     if (begin < end) cur.set(begin, g);
     for (int64_t pix = begin; pix < end; ++pix, cur.next(g)) {

@@ -768,12 +768,7 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     constexpr int NACC = kPairs ? MAXT / 2 : MAXT;  // accumulator sets: tap pairs, or taps
     constexpr int NJ = kPairs ? 1 : 2;              // n8 halves a warp carries
     float acc[NACC][NJ][4];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    zero_sums(acc);
 
     // starts the copies of tile ti (input under it, dy; zeros outside the image and in the
     // padding rows) into stage st, as one cp.async group
