@@ -8,6 +8,11 @@ input + weight + output over the copy bandwidth), and the ratios.
     python3 bench/conv.py [--reps 30] [--json out.json] [--only NAME] [--pick-only] [--every]
                           [--dirs fwd,bwd_data,bwd_weight] [--split-k 1,2,3,4] [--dtype bf16|fp16]
 
+The column `copy us` is a device-to-device copy of the problem's bytes (half read, half
+written: cudaMemcpyAsync through torch) timed the same way, L2 flushed: what the timing
+method gives a kernel that only moves those bytes. At these sizes it is 1.4-1.9x the floor
+column (bytes / 4.27 TB/s, a large copy's bandwidth): a launch, its ramp and its tail.
+
 --split-k also times each batch-split kernel (implicit ..._s<max>) at each listed slice
 count (the problem's split_k), beside its own run-time choice.
 """
@@ -147,9 +152,14 @@ def bench_problem(prob, direction, reps, flush, d, target, others=True, split_ks
     flops = 2.0 * N * math.prod(out) * G * K * C * math.prod(fil)
     nbytes = 2 * (x.numel() + w.numel() + dy.numel())
     floor_us = nbytes / COPY_BW * 1e6
+    half = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    other = torch.empty_like(half)
+    copy_us = statistics.median([timed(lambda: other.copy_(half), flush) for _ in range(max(5, reps // 3))])
+    del half, other
     return {"problem": name, "kind": kind, "direction": direction, "kernel": kernel, "us": us,
             "cudnn_us": cudnn_us, "tflops": flops / us * 1e-6, "cudnn_tflops": flops / cudnn_us * 1e-6,
-            "floor_us": floor_us, "vs_cudnn": cudnn_us / us, "vs_floor": us / floor_us, "rel_error": rel,
+            "floor_us": floor_us, "copy_us": copy_us, "vs_cudnn": cudnn_us / us, "vs_floor": us / floor_us,
+            "rel_error": rel,
             "best_kernel": best_name, "best_us": best_us, "candidates": len(candidates),
             "every_us": dict(sorted(every.items(), key=lambda kv: kv[1]))}
 
@@ -176,7 +186,7 @@ def main(argv=None):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     rows = []
     only = set(args.only.split(",")) if args.only else None
-    print(f"{'problem':20s} {'dir':10s} {'ours us':>9s} {'cuDNN us':>9s} {'floor us':>9s} {'TFLOP/s':>8s} "
+    print(f"{'problem':20s} {'dir':10s} {'ours us':>9s} {'cuDNN us':>9s} {'floor us':>9s} {'copy us':>8s} {'TFLOP/s':>8s} "
           f"{'xcuDNN':>7s} {'xfloor':>7s} {'rel err':>8s} {'best us':>8s}  kernel (best, if another)", flush=True)
     for prob in PROBLEMS + (EXTRA if only else []):
         if only and prob[0] not in only:
@@ -190,7 +200,7 @@ def main(argv=None):
                 continue
             rows.append(r)
             print(f"{r['problem']:20s} {direction:10s} {r['us']:9.1f} {r['cudnn_us']:9.1f} {r['floor_us']:9.1f} "
-                  f"{r['tflops']:8.1f} {r['vs_cudnn']:7.2f} {r['vs_floor']:7.2f} {r['rel_error']:8.1e} {r['best_us']:8.1f}  "
+                  f"{r['copy_us']:8.1f} {r['tflops']:8.1f} {r['vs_cudnn']:7.2f} {r['vs_floor']:7.2f} {r['rel_error']:8.1e} {r['best_us']:8.1f}  "
                   f"{r['kernel']}" + (f" ({r['best_kernel']})" if r['best_kernel'] != r['kernel'] else ""),
                   flush=True)
             if args.every:
