@@ -10,7 +10,7 @@ input + weight + output over the copy bandwidth), and the ratios.
 
 The column `copy us` is a device-to-device copy of the problem's bytes (half read, half
 written: cudaMemcpyAsync through torch) timed the same way, L2 flushed: what the timing
-method gives a kernel that only moves those bytes. At these sizes it is 1.4-1.9x the floor
+method gives a kernel that only moves those bytes. At these sizes it is 1.06-1.9x the floor
 column (bytes / 4.27 TB/s, a large copy's bandwidth): a launch, its ramp and its tail.
 
 --split-k also times each batch-split kernel (implicit ..._s<max>) at each listed slice
