@@ -285,6 +285,15 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(pair);
 }
 
+// The forward's staging tile swizzles its 16-byte pieces as its input does: pixel m's piece
+// j sits at j ^ ((m >> sw_shift) & sw_out) (the same for m and m + 8). tc_stage_pair writes
+// one pair of results, channels chan and chan + 1, with that swizzle (sw, bytes).
+__device__ __forceinline__ int tc_stage_swizzle(int m, int sw_shift, int sw_out) { return ((m >> sw_shift) & sw_out) << 4; }
+template <class T>
+__device__ __forceinline__ void tc_stage_pair(unsigned char* otile, int opitch, int m, int chan, int sw, float lo, float hi) {
+    *reinterpret_cast<uint32_t*>(otile + m * opitch + ((chan * 2) ^ sw)) = pack_pair<T>(lo, hi);
+}
+
 // The shared-memory weight image of every channel block, [chunk][vg][tap][k / 8][n][k % 8]:
 // fwd n = output channel, k = input channel; flip (bwd_data) n = input channel, k = output
 // channel at the mirrored tap. Zeros between real groups and at the padded taps.
@@ -512,12 +521,11 @@ __device__ __forceinline__ void tc_fwd_rows(const DeviceGeometry& g, const TcPla
                 const int c = seg * 16 + (lane >> 2) + 8 * h;
                 if (c >= pl.tw) continue;
                 const int m = ro * pl.tw + c;
-                const int sw = ((m >> sw_shift) & sw_out) << 4;
+                const int sw = tc_stage_swizzle(m, sw_shift, sw_out);
 #pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    const int cb = ((vg * VG + j * 8 + 2 * (lane & 3)) * 2) ^ sw;
-                    *reinterpret_cast<uint32_t*>(otile + m * pl.opitch + cb) = pack_pair<T>(acc[r][j][2 * h], acc[r][j][2 * h + 1]);
-                }
+                for (int j = 0; j < NT; ++j)
+                    tc_stage_pair<T>(otile, pl.opitch, m, vg * VG + j * 8 + 2 * (lane & 3), sw, acc[r][j][2 * h],
+                                     acc[r][j][2 * h + 1]);
             }
         }
     }
@@ -644,14 +652,9 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
                     constexpr int C = decltype(count)::value;
                     float acc[C][NT][4];
                     unsigned prow[C];  // shared address of this lane's A row at tap 0, unswizzled
+                    zero_sums(acc);
 #pragma unroll
-                    for (int i = 0; i < C; ++i) {
-                        prow[i] = row_base + (unsigned)pixoff[(mt0 + i * mstep) * 16 + a_row];
-#pragma unroll
-                        for (int j = 0; j < NT; ++j)
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-                    }
+                    for (int i = 0; i < C; ++i) prow[i] = row_base + (unsigned)pixoff[(mt0 + i * mstep) * 16 + a_row];
                     for (int kc = 0; kc < kfull; ++kc) {
                         uint32_t a[C][4], bf[NT][2];
                         if constexpr (VG == 16) {
@@ -692,13 +695,12 @@ __global__ void __launch_bounds__(kTcThreads, VG == 8 ? 5 : 1) conv_fwd_tc(Devic
 #pragma unroll
                     for (int i = 0; i < C; ++i) {
                         const int m = (mt0 + i * mstep) * 16 + (lane >> 2);
-                        const int sw = ((m >> sw_shift) & sw_out) << 4;  // the same for m + 8
+                        const int sw = tc_stage_swizzle(m, sw_shift, sw_out);  // the same for m + 8
 #pragma unroll
                         for (int j = 0; j < NT; ++j) {
-                            const int cb = ((vg * VG + j * 8 + 2 * (lane & 3)) * 2) ^ sw;
-                            *reinterpret_cast<uint32_t*>(otile + m * pl.opitch + cb) = pack_pair<T>(acc[i][j][0], acc[i][j][1]);
-                            *reinterpret_cast<uint32_t*>(otile + (m + 8) * pl.opitch + cb) =
-                                pack_pair<T>(acc[i][j][2], acc[i][j][3]);
+                            const int chan = vg * VG + j * 8 + 2 * (lane & 3);
+                            tc_stage_pair<T>(otile, pl.opitch, m, chan, sw, acc[i][j][0], acc[i][j][1]);
+                            tc_stage_pair<T>(otile, pl.opitch, m + 8, chan, sw, acc[i][j][2], acc[i][j][3]);
                         }
                     }
                 };
