@@ -134,12 +134,14 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
         // grouped (toeplitz_mma, opt-in): level with tiled_mma on ResNeXt-50 (fwd 38.2 against
         // 37.7 us, bwd_data 38.5 against 37.9): behind it
         if (k.micro_m > 1) return 0.45 + 0.1 * waste + tiles;
-        // bwd_weight (Hankel MMAs): ahead of the sliding CUDA-core kernel only from 7x7 up on
-        // an image within one tile (H200, 7x7 at 14 x 14: 33.3 us against 37.6), behind every
-        // CUDA-core depthwise kernel elsewhere (7x7 at 28 x 28 53.2 against 51.1, 5x5 47.1
-        // against 35.8, 3x3 111 against 51), ahead of the direct kernels
+        // bwd_weight (rows streamed through TMA rings, Hankel MMAs): ahead of the sliding
+        // CUDA-core kernel from 5x5 up (H200, bench/conv.py --every: 7x7 at 14 / 28 / 56 pixels
+        // 25.4 / 30.0 / 46.8 us against 37.3 / 51.4 / 82.3, 5x5 at 28 28.8 against 35.4), behind
+        // it at 3x3 (MobileNetV2 85.9 against 49.9), ahead of the direct kernels. Among its
+        // tiles (input rows a step x columns x channels) 4 x 32 x 32, the fastest on all four.
         if (p.base.direction == TD_CONV_BWD_WEIGHT)
-            return (g.fil[1] >= 7 && h <= k.tile_m && w <= k.tile_n ? 0.3 : 0.4) + 0.1 * waste + tiles;
+            return (g.fil[1] >= 5 ? 0.3 : 0.4) + 0.0001 * std::abs(k.tile_m - 4) + 0.0001 * std::abs(k.tile_n - 32) +
+                   0.0001 * std::abs(k.tile_k - 32);
         return (g.fil[1] <= 3 ? 0.36 : 0.3) + 0.1 * waste + tiles;
     }
     // depthwise kernels compiled per filter size (conv_depthwise.cuh): ahead of the direct

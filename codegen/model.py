@@ -602,7 +602,11 @@ class CudaKnobs:
             out.append(f"the {name} kernels take the 2D layout only")
         if direction is Direction.BWD_WEIGHT and name == "toeplitz_mma":
             out.append(f"the {name} kernels compute fwd and bwd_data (bwd_weight: algorithm depthwise or tiled_mma)")
-        if tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32, 64):
+        if direction is Direction.BWD_WEIGHT:
+            if tile[0] not in (4, 8) or tile[1] not in (16, 32, 64) or tile[2] not in (16, 32, 64):
+                out.append(f"{name} bwd_weight tile must be [4|8 input rows a step, 16|32|64 columns, "
+                           f"16|32|64 channels], not {list(tile)}")
+        elif tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32, 64):
             out.append(f"{name} tile must be [16|32 rows, 16|32|64 columns, 8|16|32|64 channels], "
                        f"not {list(tile)}")
         return out

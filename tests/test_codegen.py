@@ -373,7 +373,7 @@ def test_depthwise_mma_variants_round_trip_and_the_default_manifest_has_them():
     names = {c.name for c in configs}
     assert names == {f"conv_{d}_nhwgc_{t}_{tile}_dwmma_sm90a" for d in ("fwd", "bwddata") for t in ("bf16", "fp16")
                      for tile in ("16x32x16", "16x16x16")} | \
-        {f"conv_bwdweight_nhwgc_{t}_16x16x16_dwmma_sm90a" for t in ("bf16", "fp16")}
+        {f"conv_bwdweight_nhwgc_{t}_4x32x32_dwmma_sm90a" for t in ("bf16", "fp16")}
     for c in configs:
         assert config_from_name(c.name) == c
         assert "cuda::Sm90DwMmaConv<" in emit_source(c) and "cuda/conv_depthwise_mma.cuh" in emit_source(c)

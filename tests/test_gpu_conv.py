@@ -333,16 +333,17 @@ def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
             assert name == f"conv_{direction.replace('_', '')}_nhwgc_bf16_{pick}_sm90a", name
             assert run_case(next(k for k in kernels() if k.name == name), gen, 2, 64, 1, 1, size, fil,
                             (1, 1), (fil[0] // 2,) * 2, (1, 1))
-    # bwd_weight: the sliding kernel, 8 columns x 2 channels for 3x3, 4 x 1 for larger filters;
-    # the row kernel where the channels are not a multiple of 8 (16-byte pieces) ...
-    for G, fil, tile in ((32, (3, 3), "8x8x2"), (32, (5, 5), "8x4x1"), (32, (7, 7), "8x4x1"), (12, (3, 3), "1x8x4")):
-        p = td.ConvProblem(2, G, 1, 1, (28, 28), fil, 1, 1, 1, "bwd_weight", "bf16")
-        assert d.select(p) == f"conv_bwdweight_nhwgc_bf16_{tile}_dw_sm90a", d.select(p)
-    # ... except 7x7 on an image within one 16 x 16 tile: the tensor-core kernel (Hankel MMAs)
-    p = td.ConvProblem(2, 32, 1, 1, (14, 14), (7, 7), 1, 3, 1, "bwd_weight", "bf16")
-    assert d.select(p) == "conv_bwdweight_nhwgc_bf16_16x16x16_dwmma_sm90a", d.select(p)
-    assert run_case(next(k for k in kernels() if k.name == d.select(p)), gen, 2, 32, 1, 1, (14, 14), (7, 7),
-                    (1, 1), (3, 3), (1, 1))
+    # bwd_weight: the sliding kernel at 3x3 (8 columns x 2 channels); the row kernel where the
+    # channels are not a multiple of 8 (16-byte pieces); from 5x5 up the tensor-core kernel
+    # (rows through TMA rings, Hankel MMAs), on small and large images alike
+    for G, size, fil, tile in ((32, (28, 28), (3, 3), "8x8x2_dw"), (12, (28, 28), (3, 3), "1x8x4_dw"),
+                               (32, (28, 28), (5, 5), "4x32x32_dwmma"), (32, (28, 28), (7, 7), "4x32x32_dwmma"),
+                               (32, (14, 14), (7, 7), "4x32x32_dwmma"), (40, (9, 70), (7, 7), "4x32x32_dwmma")):
+        p = td.ConvProblem(2, G, 1, 1, size, fil, 1, fil[0] // 2, 1, "bwd_weight", "bf16")
+        assert d.select(p) == f"conv_bwdweight_nhwgc_bf16_{tile}_sm90a", d.select(p)
+        if tile.endswith("dwmma"):
+            assert run_case(next(k for k in kernels() if k.name == d.select(p)), gen, 2, G, 1, 1, size, fil,
+                            (1, 1), (fil[0] // 2,) * 2, (1, 1))
     p = td.ConvProblem(2, 32, 1, 1, (14, 14), (3, 3), 2, 1, 1, "fwd", "bf16")  # stride 2: the direct kernel
     assert d.select(p).endswith("_direct_cpg1_sm90a"), d.select(p)
     p = td.ConvProblem(2, 4, 3, 6, (14, 14), (3, 3), 1, 1, 1, "fwd", "bf16")

@@ -470,102 +470,147 @@ __global__ void __launch_bounds__(dw_mma_threads(CB), TH == 32 ? 4 : 1)
 
 // ---------------------------------------------------------------- bwd_weight
 // dW[c][kh][kw] = sum over n, oh, ow of dy[n][oh][ow][c] x[n][oh + kh - ph][ow + kw - pw][c].
-// A block takes an output tile (TH rows x TW columns of dy) of CB channels; both boxes come by
-// TMA (x with its halo) and are transposed into planes as in the forward. Per channel (a
-// warp) and input row r of the box, 16 output columns a step are one MMA:
-//   A[m][k] = x[r][16 j + k + m]     m = kw: a Hankel matrix of the input row (rows >= 8 zero)
-//   B[k][n] = dy[r - n][16 j + k]    n = kh: the dy rows whose outputs read input row r
-//   D[m][n] = the sums of dW[kh = n][kw = m]
-// A comes from the input plane by 32-bit loads (lane (g, q) needs elements 16 j + 2q + g, +1
-// and +8, +9: for odd g a funnel shift of two aligned words), B by one ldmatrix.x2 of the dy
-// plane (rows r, r - 1, ..., r - 7; rows outside the tile or past KH read a zero row). Of the
-// MMA's 16 x 8 sums KW x KH are used (7x7: 49 of 128), against one FMA per product on the
-// CUDA cores. Two sets of sums (even and odd rows) keep two MMA chains in flight. A block
-// writes its sums as one fp32 partial row per tile; conv_bwd_weight_reduce adds the rows in
-// a fixed order.
-template <int TH, int TW, int CB, int KH>
-struct DwWgradSmem {
-    using X = DwMmaSmem<TH, TW, CB, KH, 8>;  // the input planes (the filter area unused)
-    static constexpr int DP = TW + 8;  // dy plane pitch: ldmatrix rows 2 (TW + 8) bytes apart, distinct banks
-    static constexpr int DPLANE = TH * DP + (X::PAD - TH * DP % 64 + 64) % 64;
-    static constexpr int BWX = TW + 7, BWD = TW + 1;  // odd box widths (conflict-free unstaging)
-    static constexpr int x_box = X::IR * BWX * CB * 2, dy_box = TH * BWD * CB * 2;
-    static constexpr int dy_off = X::in_bytes;
-    static constexpr int zero_off = dy_off + CB * DPLANE * 2;  // a zero dy row: TW + 8 elements
-    static constexpr int bar_off = zero_off + DP * 2;
-    static constexpr int bytes = bar_off + 8;
-    static_assert(dy_off % 128 == 0, "the dy box lands 128-byte aligned");
-    static_assert(x_box <= X::in_bytes && dy_box <= CB * DPLANE * 2, "the boxes fit under their planes");
-    static_assert(bar_off % 8 == 0 && BWX <= 256 && X::IR <= 256, "mbarrier alignment; TMA box sides");
+// A block owns CB channels (16, 32 or 64: a pixel's CB x 2 bytes are one TMA row of 32, 64 or
+// 128 bytes) and a band of strips (a strip: one image's output columns ow0 .. ow0 + TW - 1,
+// every row). It walks down a strip R input rows a step: each step's x rows (TW + 7 columns
+// with the halo) and the dy rows R further down come by TMA into two rings, channels-last
+// as in global memory (no transposition, no halo rows: every row comes once a strip). The
+// dy ring keeps the 8 rows above (a filter of up to 9 rows reads them). Per input row r and
+// 16 output columns j (an item), one MMA per channel:
+//   A[m][k] = dy[r + ph - m][16 j + k]   m = kh (rows past KH: sums nobody reads)
+//   B[k][n] = x[r][16 j + k + n]         n = kw: a Hankel matrix of the input row
+//   D[m][n] = the sums of dW[kh = m][kw = n]
+// A warp owns 8 channels (one 16-byte piece of a pixel) for the whole band, so its sums stay
+// in registers and are the block's. A lane's fragments of its 8 channels come from 8 16-byte
+// loads (4 pixels of dy, 4 of x) and byte permutes; the rings are swizzled by TMA (32B / 64B /
+// 128B, as wide as a pixel), so a quarter warp's loads (8 pixels in a row; 4 + 4 in two
+// rows of odd width) fall on distinct banks. Of the MMA's 16 x 8 sums KH x KW are used (7x7:
+// 49 of 128): the tensor cores have room, the loads set the pace. One fp32 partial row per
+// band; conv_bwd_weight_reduce adds the bands' rows in order (deterministic).
+template <int TW, int CB, int R, int KH>
+struct DwWgradRing {
+    static constexpr int PB = CB * 2;                   // bytes a pixel: the swizzle's span
+    static constexpr int WARPS = CB / 8;                // a warp per 8 channels
+    static constexpr int PRE = 8;                       // dy rows kept above a step's first row
+    static constexpr int PRE_STEPS = PRE / R;           // steps that only fill the dy ring
+    static constexpr int AHEAD = 1;                     // steps in flight ahead of the one computed
+    static constexpr int SX = AHEAD + 1, SD = PRE_STEPS + 1 + AHEAD;  // ring slots (steps)
+    static constexpr int BWX = TW + 7, BWD = TW + 1;    // pixels a ring row; BWD odd (two rows' loads apart)
+    static constexpr int x_box = R * BWX * PB, dy_box = R * BWD * PB;
+    static constexpr int x_slot = (x_box + 1023) / 1024 * 1024, dy_slot = (dy_box + 1023) / 1024 * 1024;
+    static constexpr int dy_off = SX * x_slot;          // every slot 1024-byte aligned (the swizzle's period)
+    static constexpr int bar_off = dy_off + SD * dy_slot;
+    static constexpr int bytes = bar_off + 8 * (AHEAD + 1);
+    static constexpr int MIN_BLOCKS = 16 / WARPS;       // 128 registers a thread at most
+    static constexpr int per_sm_smem = (kDwMmaSmemMost + 1024) / (bytes + 1024);
+    static constexpr int per_sm = per_sm_smem < MIN_BLOCKS ? per_sm_smem : MIN_BLOCKS;  // blocks an SM holds
+    static_assert(PRE % R == 0 && KH - 1 <= PRE, "the dy ring keeps the filter's rows above");
+    static_assert(BWX <= 256 && R <= 256, "TMA box sides");
 };
 
-template <class T, int KH, int KW, int TH, int TW, int CB>
-__global__ void __launch_bounds__(dw_mma_threads(CB)) conv_dw_mma_wgrad(DwGeometry g, float* __restrict__ part,
-                                                                        const __grid_constant__ CUtensorMap xmap,
-                                                                        const __grid_constant__ CUtensorMap dymap) {
-    using W = DwWgradSmem<TH, TW, CB, KH>;
-    using X = typename W::X;
-    constexpr int NT = TW / 16, THREADS = dw_mma_threads(CB);
-    static_assert(KW <= 8 && KH <= 8, "a filter row within the MMA's 8 columns, its rows within 8 dy rows");
-    extern __shared__ __align__(128) unsigned char dw_mma_smem[];
-    unsigned short* xs = reinterpret_cast<unsigned short*>(dw_mma_smem);
-    unsigned short* ds = reinterpret_cast<unsigned short*>(dw_mma_smem + W::dy_off);
-    uint64_t* bar = reinterpret_cast<uint64_t*>(dw_mma_smem + W::bar_off);
-    pdl_trigger();  // the reduction may be placed: it waits for this kernel's partial rows
-    const DwMmaBlock k = dw_mma_block<TH, TW, CB>(g);
-    if (threadIdx.x == 0) {
-        mbar_init(bar, 1);
-        mbar_expect(bar, (unsigned)(W::x_box + W::dy_box));
-        const int cx[5] = {k.c0, k.ow0 - g.pw, k.oh0 - g.ph, 0, k.n};
-        const int cd[5] = {k.c0, k.ow0, k.oh0, 0, k.n};
-        tma_load_5d(xs, &xmap, cx, bar);
-        tma_load_5d(ds, &dymap, cd, bar);
-    }
-    for (int i = threadIdx.x; i < W::DP / 2; i += THREADS)
-        reinterpret_cast<uint32_t*>(dw_mma_smem + W::zero_off)[i] = 0u;
-    __syncthreads();  // the mbarrier is initialized before any thread waits on it
-    mbar_wait(bar, 0);
-    dw_unstage_box<CB, X::IR, W::BWX, X::IW, X::PLANE, TW + KW - 1>(k.cn / 8, xs);
-    dw_unstage_box<CB, TH, W::BWD, W::DP, W::DPLANE, TW>(k.cn / 8, ds);
-    __syncthreads();
+// channel c of two pixels' 8-channel vectors as one fragment register (p's value low)
+__device__ __forceinline__ uint32_t dw_pair(const uint4& p, const uint4& q, int c) {
+    return __byte_perm(dw_word(p, c / 2), dw_word(q, c / 2), c % 2 ? 0x7632 : 0x5410);
+}
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, q = lane % 4;
-    const unsigned zero_s = (unsigned)__cvta_generic_to_shared(dw_mma_smem + W::zero_off);
-    const unsigned dy_s = (unsigned)__cvta_generic_to_shared(ds);
-    // B: lane l < 16 addresses dy row r - (l % 8) at columns 16 j + 8 (l / 8) (lanes 16-31 alike, unused)
-    const int brow = lane % 8, bcol = (lane / 8) % 2 * 8;
-    // A: lane (gq, q) from the aligned word holding element 16 j + 2q + gq - (gq & 1)
-    const int a_off = 2 * q + gq - (gq & 1);
-    const unsigned a_shift = (unsigned)(gq & 1) * 16u;
-    const int64_t elems = (int64_t)g.C * KH * KW;
-    float* prow = part + (int64_t)(blockIdx.x / (unsigned)((g.C + CB - 1) / CB)) * elems;
-    for (int c = warp; c < k.cn; c += THREADS / 32) {
-        const int pc = dw_mma_plane<CB>(c);
-        const unsigned short* xp = xs + pc * X::PLANE + a_off;
-        const unsigned dplane = dy_s + (unsigned)(pc * W::DPLANE * 2 + bcol * 2);
-        float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll 2
-        for (int r = 0; r < X::IR; ++r) {
-            const int dr = r - brow;
-            const unsigned baddr = brow < KH && dr >= 0 && dr < TH ? dplane + (unsigned)(dr * W::DP * 2) : zero_s;
-            const uint32_t* xw = reinterpret_cast<const uint32_t*>(xp + r * X::IW);
+// The byte offset of the 16-byte piece o of pixel p in a swizzled ring (1024-byte aligned; PB
+// bytes a pixel): TMA's 32B / 64B / 128B swizzle XORs the piece index with bits 7.. of the
+// offset. Pixels 8 and 16 further are 8 x PB and 16 x PB bytes further (multiples of 256:
+// the same XOR), so a row needs two of these (p and p + 1).
+template <int PB>
+__device__ __forceinline__ unsigned dw_swizzled(int p, int o) {
+    const unsigned off = (unsigned)(p * PB + o * 16);
+    return off ^ (((off >> 7) & (unsigned)(PB / 16 - 1)) << 4);
+}
+
+__device__ __forceinline__ uint4 dw_ld16(const unsigned char* base, unsigned off) {
+    return *reinterpret_cast<const uint4*>(base + off);
+}
+
+template <class T, int KH, int KW, int R, int TW, int CB>
+__global__ void __launch_bounds__(CB * 4, 16 / (CB / 8)) conv_dw_mma_wgrad(DwGeometry g, int bands, float* __restrict__ part,
+                                                            const __grid_constant__ CUtensorMap xmap,
+                                                            const __grid_constant__ CUtensorMap dymap) {
+    using RG = DwWgradRing<TW, CB, R, KH>;
+    constexpr int NT = TW / 16, NB = RG::AHEAD + 1;
+    static_assert(KW <= 8 && KH <= 8, "a filter row within the MMA's 8 columns, its rows within A's first 8");
+    extern __shared__ __align__(1024) unsigned char dw_mma_smem[];
+    uint64_t* full = reinterpret_cast<uint64_t*>(dw_mma_smem + RG::bar_off);
+    pdl_trigger();  // the reduction may be placed: it waits for this kernel's partial rows
+    const int wbs = (g.wo + TW - 1) / TW, strips = g.N * wbs;  // supports(): every tensor below 2^31 elements
+    const int band = (int)blockIdx.x, c0 = (int)blockIdx.y * CB;
+    const int s0 = (int)((int64_t)strips * band / bands), count = (int)((int64_t)strips * (band + 1) / bands) - s0;
+    const int steps = (g.hi + R - 1) / R + RG::PRE_STEPS;  // a strip's steps, the dy-only ones first
+    const int total = count * steps;
+    auto issue = [&](int i) {  // thread 0: the band's step i (x rows R s .. R s + R - 1, dy rows R s + ph ..)
+        const int strip = s0 + i / steps, s = i % steps - RG::PRE_STEPS;
+        const int n = strip / wbs, ow0 = strip % wbs * TW;
+        uint64_t* bar = full + i % NB;
+        mbar_expect(bar, (unsigned)((s >= 0 ? RG::x_box : 0) + RG::dy_box));
+        if (s >= 0) {
+            const int cx[5] = {c0, ow0 - g.pw, R * s, 0, n};
+            tma_load_5d(dw_mma_smem + i % RG::SX * RG::x_slot, &xmap, cx, bar);
+        }
+        const int cd[5] = {c0, ow0, R * s + g.ph, 0, n};
+        tma_load_5d(dw_mma_smem + RG::dy_off + i % RG::SD * RG::dy_slot, &dymap, cd, bar);
+    };
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < NB; ++b) mbar_init(full + b, 1);
+        for (int i = 0; i <= RG::AHEAD && i < total; ++i) issue(i);
+    }
+    __syncthreads();  // the mbarriers are initialized before any thread waits on them
+
+    const int o = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, q = lane % 4;
+    const int kh = min(gq, KH - 1);  // A's rows past KH repeat the last (their sums are not read)
+    float acc[8][4];
 #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                uint32_t b[2];
-                ldsm_x2(b, baddr + (unsigned)(j * 32));
-                const uint32_t w0 = xw[8 * j], w1 = xw[8 * j + 1], w2 = xw[8 * j + 4], w3 = xw[8 * j + 5];
-                const uint32_t a[4] = {__funnelshift_r(w0, w1, a_shift), 0u, __funnelshift_r(w2, w3, a_shift), 0u};
-                mma16816<T>(acc[r & 1], a, b);
+    for (int c = 0; c < 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+    int i0 = 0;  // the band's step at which the current strip began (its first dy-only step)
+    for (int i = 0; i < total; ++i) {
+        if (i - i0 == steps) i0 = i;
+        const int s = i - i0 - RG::PRE_STEPS, strip = s0 + i / steps;
+        const int ow0 = strip % wbs * TW;
+        const int nt = min(NT, (min(TW, g.wo - ow0) + 15) / 16);  // column tiles within the image
+        mbar_wait(full + i % NB, (unsigned)(i / NB) & 1u);
+        if (s >= 0) {
+            for (int r = R * s; r < min(R * s + R, g.hi); ++r) {
+                // x row r: the step's slot, row r mod R; dy row r + ph - kh: the slot of the step
+                // whose rows hold it, counted from the strip's first step (PRE rows above row 0)
+                const int e = r - kh + RG::PRE;
+                const unsigned char* xrow = dw_mma_smem + i % RG::SX * RG::x_slot;
+                const unsigned char* drow = dw_mma_smem + RG::dy_off + (i0 + e / R) % RG::SD * RG::dy_slot;
+                const int px = r % R * RG::BWX + 2 * q + gq, pd = e % R * RG::BWD + 2 * q;
+                const unsigned a_lo = dw_swizzled<RG::PB>(pd, o), a_hi = dw_swizzled<RG::PB>(pd + 1, o);
+                const unsigned b_lo = dw_swizzled<RG::PB>(px, o), b_hi = dw_swizzled<RG::PB>(px + 1, o);
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    if (j >= nt) break;
+                    constexpr unsigned P8 = 8 * RG::PB;
+                    const unsigned cj = (unsigned)(16 * j * RG::PB);
+                    const uint4 a0 = dw_ld16(drow, a_lo + cj), a1 = dw_ld16(drow, a_hi + cj);
+                    const uint4 a8 = dw_ld16(drow, a_lo + cj + P8), a9 = dw_ld16(drow, a_hi + cj + P8);
+                    const uint4 b0 = dw_ld16(xrow, b_lo + cj), b1 = dw_ld16(xrow, b_hi + cj);
+                    const uint4 b8 = dw_ld16(xrow, b_lo + cj + P8), b9 = dw_ld16(xrow, b_hi + cj + P8);
+#pragma unroll
+                    for (int c = 0; c < 8; ++c) {
+                        const uint32_t a[4] = {dw_pair(a0, a1, c), 0u, dw_pair(a8, a9, c), 0u};
+                        const uint32_t b[2] = {dw_pair(b0, b1, c), dw_pair(b8, b9, c)};
+                        mma16816<T>(acc[c], a, b);
+                    }
+                }
             }
         }
-        // lane (gq, q): D[gq][2q], D[gq][2q + 1] = dW[kh = 2q, 2q + 1][kw = gq]
-        const int kw = gq;
-        float* dst = prow + (int64_t)(k.c0 + c) * KH * KW;
+        __syncthreads();  // every warp is done with step i: its x slot and the dy slot of step i - PRE_STEPS
+        if (threadIdx.x == 0 && i + RG::AHEAD + 1 < total) issue(i + RG::AHEAD + 1);
+    }
+    // lane (gq, q) holds D[gq][2q], D[gq][2q + 1] of each of its warp's 8 channels
+    float* prow = part + (int64_t)band * g.C * KH * KW;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int kh = 2 * q + e;
-            if (kw < KW && kh < KH) dst[kh * KW + kw] = acc[0][e] + acc[1][e];
-        }
+    for (int c = 0; c < 8; ++c) {
+        const int ch = c0 + 8 * o + c;
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+            if (ch < g.C && gq < KH && 2 * q + e < KW) prow[(int64_t)ch * KH * KW + gq * KW + 2 * q + e] = acc[c][e];
     }
 }
 
@@ -631,24 +676,33 @@ struct Sm90DwMmaConv {
     using T = typename ConvElement<DType>::T;
     static_assert(Ndim == 2, "the tensor-core depthwise kernel is 2D");
     static_assert(Direction != TD_CONV_BWD_WEIGHT || CPG == 1, "bwd_weight: depthwise only");
-    static_assert(TH == 16 || TH == 32, "16 or 32 output rows");
+    static constexpr bool kWgrad = Direction == TD_CONV_BWD_WEIGHT;
+    // bwd_weight: TH = input rows a step (4 or 8), CB = 16, 32 or 64 (a TMA row of 32 - 128 bytes)
+    static_assert(kWgrad ? TH == 4 || TH == 8 : TH == 16 || TH == 32, "16 or 32 output rows (bwd_weight: 4 or 8 a step)");
     static_assert(TW == 16 || TW == 32 || TW == 64, "16, 32 or 64 output columns");
     static_assert(CB == 8 || CB == 16 || CB == 32 || CB == 64, "8, 16, 32 or 64 channels per block");
+    static_assert(!kWgrad || CB >= 16, "bwd_weight: 16, 32 or 64 channels per block");
     static_assert(CPG == 1 || CPG == 2 || CPG == 4, "1, 2 or 4 channels per group");
     // the filter sizes and the view of the problem (bwd_data: the forward over dy)
     using Dw = Sm90DwConv<DType, 2, Direction, 1, 8, 4>;
     static constexpr bool kFlip = Direction == TD_CONV_BWD_DATA;
-    static constexpr bool kWgrad = Direction == TD_CONV_BWD_WEIGHT;
 
     template <int KH>
     static constexpr bool fits() {
-        if constexpr (kWgrad) return DwWgradSmem<TH, TW, CB, KH>::bytes <= kDwMmaSmemMost;
+        if constexpr (kWgrad) return DwWgradRing<TW, CB, TH, KH>::bytes <= kDwMmaSmemMost;
         else return DwMmaSmem<TH, TW, CB, KH, dw_wpc(KH, KH, CPG)>::bytes <= kDwMmaSmemMost;
     }
 
-    // bwd_weight: one fp32 partial row (every channel's taps) per output tile of an image
-    static int64_t partial_rows(const DwGeometry& d) {
-        return (int64_t)d.N * ((d.ho + TH - 1) / TH) * ((d.wo + TW - 1) / TW);
+    // bwd_weight: blocks of CB channels x bands of strips, as many bands as fill the SMs' block
+    // slots once (at least one, at most a strip a band); one fp32 partial row a band.
+    static int wgrad_bands(const DwGeometry& d, int fh, int fw) {
+        int per_sm = 1;
+        Dw::with_filter(fh, fw, [&](auto kh, auto) {
+            if constexpr (fits<decltype(kh)::value>()) per_sm = DwWgradRing<TW, CB, TH, decltype(kh)::value>::per_sm;
+        });
+        const int64_t strips = (int64_t)d.N * ((d.wo + TW - 1) / TW);
+        const int64_t slots = (int64_t)per_sm * device::multiprocessors(), groups = (d.C + CB - 1) / CB;
+        return (int)std::max<int64_t>(1, std::min<int64_t>(strips, slots / groups));
     }
 
     static int supports(const TdConvProblem& p, std::string* why) {
@@ -687,8 +741,8 @@ struct Sm90DwMmaConv {
         } else {
             ConvGeometry g{};
             if (!conv_geometry(p, &g).empty()) return 0;
-            const DwGeometry d = Dw::view(g);
-            return (size_t)partial_rows(d) * (size_t)(g.G * g.taps()) * sizeof(float);
+            return (size_t)wgrad_bands(Dw::view(g), (int)g.fil[1], (int)g.fil[2]) * (size_t)(g.G * g.taps()) *
+                   sizeof(float);
         }
     }
 
@@ -744,8 +798,8 @@ struct Sm90DwMmaConv {
         return launch_status();
     }
 
-    // bwd_weight: x (`in`) and dy (`out`) by TMA, partial rows in the workspace, then their sum
-    // into dW (`wei`).
+    // bwd_weight: x (`in`) and dy (`out`) by TMA, one partial row a band in the workspace, then
+    // their sum into dW (`wei`).
     static int run_wgrad(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
                          void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
@@ -755,38 +809,45 @@ struct Sm90DwMmaConv {
         ConvGeometry geo{};
         conv_geometry(p, &geo);
         const DwGeometry d = Dw::view(geo);
-        const int64_t rows = partial_rows(d), elems = geo.G * geo.taps();
-        const int64_t blocks = rows * ((d.C + CB - 1) / CB);
-        if (blocks > INT32_MAX) return fail(TD_REJECTED, "too many blocks for one launch");
+        const int bands = wgrad_bands(d, (int)geo.fil[1], (int)geo.fil[2]);
+        const int64_t elems = geo.G * geo.taps(), groups = (d.C + CB - 1) / CB;
+        if (groups > 65535) return fail(TD_REJECTED, "more than 65535 channel blocks for one launch");
         float* part = nullptr;
-        if (int st = take_workspace((size_t)rows * (size_t)elems * sizeof(float), ws, ws_bytes, stream_ptr,
+        if (int st = take_workspace((size_t)bands * (size_t)elems * sizeof(float), ws, ws_bytes, stream_ptr,
                                     reinterpret_cast<void**>(&part)))
             return st;
         bool mapped = false;
         Dw::with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
             constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
             if constexpr (fits<KH>()) {
-                using W = DwWgradSmem<TH, TW, CB, KH>;
+                using RG = DwWgradRing<TW, CB, TH, KH>;
+                constexpr CUtensorMapSwizzle swz = CB == 16   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                   : CB == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                              : CU_TENSOR_MAP_SWIZZLE_128B;
                 CUtensorMap xmap{}, dymap{};
-                if (!tile_map(&xmap, in, d, true, W::BWX, W::X::IR) || !tile_map(&dymap, out, d, false, W::BWD, TH)) return;
+                if (!tile_map(&xmap, in, d, true, RG::BWX, TH, swz) || !tile_map(&dymap, out, d, false, RG::BWD, TH, swz))
+                    return;
                 mapped = true;
                 auto kernel = conv_dw_mma_wgrad<T, KH, KW, TH, TW, CB>;
-                if (W::bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, W::bytes);
-                kernel<<<(unsigned)blocks, dw_mma_threads(CB), W::bytes, stream>>>(d, part, xmap, dymap);
+                if (RG::bytes > 48 * 1024)
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, RG::bytes);
+                kernel<<<dim3((unsigned)bands, (unsigned)groups), 32 * RG::WARPS, RG::bytes, stream>>>(d, bands, part,
+                                                                                                     xmap, dymap);
             }
         });
         if (!mapped) return fail(TD_REJECTED, "the driver refused a tensor map (this kernel moves its tiles by TMA only)");
         pdl_launch(conv_bwd_weight_reduce<T>, dim3((unsigned)((elems + 31) / 32)), dim3(32, 8), 0, stream,
-                   static_cast<const float*>(part), static_cast<T*>(const_cast<void*>(wei)), elems, (int)rows);
+                   static_cast<const float*>(part), static_cast<T*>(const_cast<void*>(wei)), elems, bands);
         return launch_status();
     }
 
     // A tensor map over one side of the view (input: C x wi x hi x N, the view's input being dy
     // for bwd_data; output: C x wo x ho x N) with boxes of CB channels x cols x rows.
-    static bool tile_map(CUtensorMap* map, const void* base, const DwGeometry& d, bool input, int cols, int rows) {
+    static bool tile_map(CUtensorMap* map, const void* base, const DwGeometry& d, bool input, int cols, int rows,
+                         CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
         const int64_t dims[5] = {d.C, input ? d.wi : d.wo, input ? d.hi : d.ho, 1, d.N};
         const int box[5] = {CB, cols, rows, 1, 1};
-        return tma_map_16bit(map, base, dims, box);
+        return tma_map_16bit(map, base, dims, box, swizzle);
     }
 
     // KernelInfo: tile = (TH, TW, CB), micro_m = channels per group, schedule 8 = Toeplitz
