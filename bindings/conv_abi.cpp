@@ -136,12 +136,15 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const KernelInfo& 
         if (k.micro_m > 1) return 0.45 + 0.1 * waste + tiles;
         // bwd_weight (rows streamed through TMA rings, Hankel MMAs): ahead of the sliding
         // CUDA-core kernel from 5x5 up (H200, bench/conv.py --every: 7x7 at 14 / 28 / 56 pixels
-        // 25.4 / 30.0 / 46.8 us against 37.3 / 51.4 / 82.3, 5x5 at 28 28.8 against 35.4), behind
+        // 19.2 / 27.4 / 41.4 us against 35.5 / 49.6 / 82.6, 5x5 at 28 27.0 against 35.0), behind
         // it at 3x3 (MobileNetV2 85.9 against 49.9), ahead of the direct kernels. Among its
-        // tiles (input rows a step x columns x channels) 4 x 32 x 32, the fastest on all four.
-        if (p.base.direction == TD_CONV_BWD_WEIGHT)
-            return (g.fil[1] >= 5 ? 0.3 : 0.4) + 0.0001 * std::abs(k.tile_m - 4) + 0.0001 * std::abs(k.tile_n - 32) +
-                   0.0001 * std::abs(k.tile_k - 32);
+        // tiles (input rows a step x columns x channels) the fewest padded columns, then 32
+        // columns (28 x 28: 4x32x32 27.4 us, 8x16x32 28.7; 14 x 14: 8x16x32 19.2, 4x32x32 28.0).
+        if (p.base.direction == TD_CONV_BWD_WEIGHT) {
+            const int64_t wo = g.out[2], cols = (wo + k.tile_n - 1) / k.tile_n * k.tile_n;
+            return (g.fil[1] >= 5 ? 0.3 : 0.4) + 0.1 * ((double)cols / (double)wo - 1.0) +
+                   0.0001 * std::abs(k.tile_n - 32) + 0.0001 * std::abs(k.tile_m - 4) + 0.0001 * std::abs(k.tile_k - 32);
+        }
         return (g.fil[1] <= 3 ? 0.36 : 0.3) + 0.1 * waste + tiles;
     }
     // depthwise kernels compiled per filter size (conv_depthwise.cuh): ahead of the direct

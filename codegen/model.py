@@ -589,6 +589,19 @@ class CudaKnobs:
             out.append(f"{rows} x {cols} x {chans} is more than 64 values per thread")
         return out
 
+    @staticmethod
+    def _dw_wgrad_ring_bytes(tile) -> int:
+        """Shared memory of the depthwise bwd_weight kernel's rings (DwWgradRing in
+        bindings/cuda/conv_depthwise_mma.cuh: 3 x slots and 8 / rows + 3 dy slots, each
+        aligned to 8 pixels; 2 steps ahead)."""
+        rows, cols, chans = tile
+        pixel = 2 * chans
+        align = 8 * pixel
+
+        def slot(width):
+            return (rows * width * pixel + align - 1) // align * align
+        return 3 * slot(cols + 7) + (8 // rows + 3) * slot(cols + 1) + 24
+
     def _depthwise_mma_problems(self, dtype, direction, tile, layout) -> list[str]:
         """Toeplitz tensor-core kernels (bindings/cuda/conv_depthwise_mma.cuh; depthwise_mma
         and toeplitz_mma): tile = (16 or 32 output rows, 16, 32 or 64 output columns, 8, 16,
@@ -606,6 +619,9 @@ class CudaKnobs:
             if tile[0] not in (4, 8) or tile[1] not in (16, 32, 64) or tile[2] not in (16, 32, 64):
                 out.append(f"{name} bwd_weight tile must be [4|8 input rows a step, 16|32|64 columns, "
                            f"16|32|64 channels], not {list(tile)}")
+            elif self._dw_wgrad_ring_bytes(tile) > 227 * 1024:
+                out.append(f"{name} bwd_weight tile {list(tile)}: its TMA rings need "
+                           f"{self._dw_wgrad_ring_bytes(tile) / 1024:.0f} KB of shared memory, more than 227 KB")
         elif tile[0] not in (16, 32) or tile[1] not in (16, 32, 64) or tile[2] not in (8, 16, 32, 64):
             out.append(f"{name} tile must be [16|32 rows, 16|32|64 columns, 8|16|32|64 channels], "
                        f"not {list(tile)}")

@@ -344,6 +344,9 @@ def test_bad_depthwise_variants_name_the_rule(tmp_path, layout, direction, tile,
     ("NHWGC", "fwd", "[16, 48, 16]", "{algorithm: depthwise_mma}", "16|32|64 columns"),
     ("NHWGC", "fwd", "[16, 32, 4]", "{algorithm: depthwise_mma}", "8|16|32|64 channels"),
     ("NHWGC", "fwd", "[16, 32, 16]", "{algorithm: depthwise_mma, cluster: [1, 2]}", "takes no cluster"),
+    ("NHWGC", "bwd_weight", "[16, 32, 16]", "{algorithm: depthwise_mma}", "bwd_weight tile must be [4|8 input rows"),
+    ("NHWGC", "bwd_weight", "[4, 32, 8]", "{algorithm: depthwise_mma}", "16|32|64 channels"),
+    ("NHWGC", "bwd_weight", "[8, 32, 64]", "{algorithm: depthwise_mma}", "TMA rings need 249 KB of shared memory"),
 ])
 def test_bad_depthwise_mma_variants_name_the_rule(tmp_path, layout, direction, tile, knobs, why):
     path, message = sm90_conv_manifest_error(tmp_path, knobs, tile, direction, layout)
@@ -373,7 +376,7 @@ def test_depthwise_mma_variants_round_trip_and_the_default_manifest_has_them():
     names = {c.name for c in configs}
     assert names == {f"conv_{d}_nhwgc_{t}_{tile}_dwmma_sm90a" for d in ("fwd", "bwddata") for t in ("bf16", "fp16")
                      for tile in ("16x32x16", "16x16x16")} | \
-        {f"conv_bwdweight_nhwgc_{t}_4x32x32_dwmma_sm90a" for t in ("bf16", "fp16")}
+        {f"conv_bwdweight_nhwgc_{t}_{tile}_dwmma_sm90a" for t in ("bf16", "fp16") for tile in ("4x32x32", "8x16x32")}
     for c in configs:
         assert config_from_name(c.name) == c
         assert "cuda::Sm90DwMmaConv<" in emit_source(c) and "cuda/conv_depthwise_mma.cuh" in emit_source(c)

@@ -335,10 +335,12 @@ def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
                             (1, 1), (fil[0] // 2,) * 2, (1, 1))
     # bwd_weight: the sliding kernel at 3x3 (8 columns x 2 channels); the row kernel where the
     # channels are not a multiple of 8 (16-byte pieces); from 5x5 up the tensor-core kernel
-    # (rows through TMA rings, Hankel MMAs), on small and large images alike
+    # (rows through TMA rings, Hankel MMAs), the tile with the fewest padded columns (32
+    # columns where 16 pad no fewer)
     for G, size, fil, tile in ((32, (28, 28), (3, 3), "8x8x2_dw"), (12, (28, 28), (3, 3), "1x8x4_dw"),
                                (32, (28, 28), (5, 5), "4x32x32_dwmma"), (32, (28, 28), (7, 7), "4x32x32_dwmma"),
-                               (32, (14, 14), (7, 7), "4x32x32_dwmma"), (40, (9, 70), (7, 7), "4x32x32_dwmma")):
+                               (32, (14, 14), (7, 7), "8x16x32_dwmma"), (40, (9, 70), (7, 7), "8x16x32_dwmma"),
+                               (40, (9, 60), (5, 5), "4x32x32_dwmma")):
         p = td.ConvProblem(2, G, 1, 1, size, fil, 1, fil[0] // 2, 1, "bwd_weight", "bf16")
         assert d.select(p) == f"conv_bwdweight_nhwgc_bf16_{tile}_sm90a", d.select(p)
         if tile.endswith("dwmma"):

@@ -493,17 +493,19 @@ struct DwWgradRing {
     static constexpr int WARPS = CB / 8;                // a warp per 8 channels
     static constexpr int PRE = 8;                       // dy rows kept above a step's first row
     static constexpr int PRE_STEPS = PRE / R;           // steps that only fill the dy ring
-    static constexpr int AHEAD = 1;                     // steps in flight ahead of the one computed
+    static constexpr int AHEAD = 2;                     // steps in flight ahead of the one computed
     static constexpr int SX = AHEAD + 1, SD = PRE_STEPS + 1 + AHEAD;  // ring slots (steps)
     static constexpr int BWX = TW + 7, BWD = TW + 1;    // pixels a ring row; BWD odd (two rows' loads apart)
     static constexpr int x_box = R * BWX * PB, dy_box = R * BWD * PB;
-    static constexpr int x_slot = (x_box + 1023) / 1024 * 1024, dy_slot = (dy_box + 1023) / 1024 * 1024;
-    static constexpr int dy_off = SX * x_slot;          // every slot 1024-byte aligned (the swizzle's period)
+    static constexpr int ALIGN = 8 * PB;                // the swizzle's period (bits 7.. of the offset)
+    static constexpr int x_slot = (x_box + ALIGN - 1) / ALIGN * ALIGN, dy_slot = (dy_box + ALIGN - 1) / ALIGN * ALIGN;
+    static constexpr int dy_off = SX * x_slot;          // every slot aligned to the period
     static constexpr int bar_off = dy_off + SD * dy_slot;
     static constexpr int bytes = bar_off + 8 * (AHEAD + 1);
-    static constexpr int MIN_BLOCKS = 16 / WARPS;       // 128 registers a thread at most
     static constexpr int per_sm_smem = (kDwMmaSmemMost + 1024) / (bytes + 1024);
-    static constexpr int per_sm = per_sm_smem < MIN_BLOCKS ? per_sm_smem : MIN_BLOCKS;  // blocks an SM holds
+    static constexpr int per_sm_warps = 64 / WARPS;
+    static constexpr int per_sm = per_sm_smem < per_sm_warps ? per_sm_smem : per_sm_warps;  // blocks an SM holds
+    // (the launch bounds give the registers of per_sm blocks: 170 a thread at 3 blocks of 4 warps)
     static_assert(PRE % R == 0 && KH - 1 <= PRE, "the dy ring keeps the filter's rows above");
     static_assert(BWX <= 256 && R <= 256, "TMA box sides");
 };
@@ -528,7 +530,7 @@ __device__ __forceinline__ uint4 dw_ld16(const unsigned char* base, unsigned off
 }
 
 template <class T, int KH, int KW, int R, int TW, int CB>
-__global__ void __launch_bounds__(CB * 4, 16 / (CB / 8)) conv_dw_mma_wgrad(DwGeometry g, int bands, float* __restrict__ part,
+__global__ void __launch_bounds__(CB * 4, DwWgradRing<TW, CB, R, KH>::per_sm) conv_dw_mma_wgrad(DwGeometry g, int bands, float* __restrict__ part,
                                                             const __grid_constant__ CUtensorMap xmap,
                                                             const __grid_constant__ CUtensorMap dymap) {
     using RG = DwWgradRing<TW, CB, R, KH>;
@@ -562,35 +564,47 @@ __global__ void __launch_bounds__(CB * 4, 16 / (CB / 8)) conv_dw_mma_wgrad(DwGeo
 
     const int o = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, q = lane % 4;
     const int kh = min(gq, KH - 1);  // A's rows past KH repeat the last (their sums are not read)
+    // Row t of a step (input row r = R s + t): x at row t of the step's slot; dy row r + ph - kh
+    // at row (t - kh + PRE) % R of the slot of the strip's step s + (t - kh + PRE) / R (counted
+    // from its first, dy-only step: PRE rows above row 0). The lane's swizzled offsets in the
+    // slots (pixels p and p + 1; + 8 and + 16 pixels keep the swizzle) are the same every step.
+    unsigned xo[R][2], dof[R][2];
+    int dlt[R];
+#pragma unroll
+    for (int t = 0; t < R; ++t) {
+        const int e = t - kh + RG::PRE, px = t * RG::BWX + 2 * q + gq, pd = e % R * RG::BWD + 2 * q;
+        dlt[t] = e / R;
+        xo[t][0] = dw_swizzled<RG::PB>(px, o);
+        xo[t][1] = dw_swizzled<RG::PB>(px + 1, o);
+        dof[t][0] = dw_swizzled<RG::PB>(pd, o);
+        dof[t][1] = dw_swizzled<RG::PB>(pd + 1, o);
+        // kept in registers: recomputing them in the loop (ptxas's choice) costs ~30 instructions a row
+        asm volatile("" : "+r"(xo[t][0]), "+r"(xo[t][1]), "+r"(dof[t][0]), "+r"(dof[t][1]), "+r"(dlt[t]));
+    }
     float acc[8][4];
 #pragma unroll
     for (int c = 0; c < 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
-    int i0 = 0;  // the band's step at which the current strip began (its first dy-only step)
+    // step i's slots and mbarrier, counted along: x slot i % SX, mbarrier i % NB (phase
+    // parity i / NB), and the dy slot of the strip's step s (= i - PRE_STEPS) modulo SD
+    int xs = 0, nb = 0, dslot = (RG::SD - RG::PRE_STEPS % RG::SD) % RG::SD, s = -RG::PRE_STEPS, strip = s0;
+    unsigned parity = 0;
     for (int i = 0; i < total; ++i) {
-        if (i - i0 == steps) i0 = i;
-        const int s = i - i0 - RG::PRE_STEPS, strip = s0 + i / steps;
-        const int ow0 = strip % wbs * TW;
-        const int nt = min(NT, (min(TW, g.wo - ow0) + 15) / 16);  // column tiles within the image
-        mbar_wait(full + i % NB, (unsigned)(i / NB) & 1u);
+        mbar_wait(full + nb, parity);
         if (s >= 0) {
-            for (int r = R * s; r < min(R * s + R, g.hi); ++r) {
-                // x row r: the step's slot, row r mod R; dy row r + ph - kh: the slot of the step
-                // whose rows hold it, counted from the strip's first step (PRE rows above row 0)
-                const int e = r - kh + RG::PRE;
-                const unsigned char* xrow = dw_mma_smem + i % RG::SX * RG::x_slot;
-                const unsigned char* drow = dw_mma_smem + RG::dy_off + (i0 + e / R) % RG::SD * RG::dy_slot;
-                const int px = r % R * RG::BWX + 2 * q + gq, pd = e % R * RG::BWD + 2 * q;
-                const unsigned a_lo = dw_swizzled<RG::PB>(pd, o), a_hi = dw_swizzled<RG::PB>(pd + 1, o);
-                const unsigned b_lo = dw_swizzled<RG::PB>(px, o), b_hi = dw_swizzled<RG::PB>(px + 1, o);
+            const unsigned char* xrow = dw_mma_smem + xs * RG::x_slot;
+#pragma unroll
+            for (int t = 0; t < R; ++t) {  // rows past the image and column tiles past it read zeros (TMA)
+                int sl = dslot + dlt[t];
+                sl -= sl >= RG::SD ? RG::SD : 0;
+                const unsigned char* drow = dw_mma_smem + RG::dy_off + sl * RG::dy_slot;
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
-                    if (j >= nt) break;
                     constexpr unsigned P8 = 8 * RG::PB;
                     const unsigned cj = (unsigned)(16 * j * RG::PB);
-                    const uint4 a0 = dw_ld16(drow, a_lo + cj), a1 = dw_ld16(drow, a_hi + cj);
-                    const uint4 a8 = dw_ld16(drow, a_lo + cj + P8), a9 = dw_ld16(drow, a_hi + cj + P8);
-                    const uint4 b0 = dw_ld16(xrow, b_lo + cj), b1 = dw_ld16(xrow, b_hi + cj);
-                    const uint4 b8 = dw_ld16(xrow, b_lo + cj + P8), b9 = dw_ld16(xrow, b_hi + cj + P8);
+                    const uint4 a0 = dw_ld16(drow, dof[t][0] + cj), a1 = dw_ld16(drow, dof[t][1] + cj);
+                    const uint4 a8 = dw_ld16(drow, dof[t][0] + cj + P8), a9 = dw_ld16(drow, dof[t][1] + cj + P8);
+                    const uint4 b0 = dw_ld16(xrow, xo[t][0] + cj), b1 = dw_ld16(xrow, xo[t][1] + cj);
+                    const uint4 b8 = dw_ld16(xrow, xo[t][0] + cj + P8), b9 = dw_ld16(xrow, xo[t][1] + cj + P8);
 #pragma unroll
                     for (int c = 0; c < 8; ++c) {
                         const uint32_t a[4] = {dw_pair(a0, a1, c), 0u, dw_pair(a8, a9, c), 0u};
@@ -602,6 +616,16 @@ __global__ void __launch_bounds__(CB * 4, 16 / (CB / 8)) conv_dw_mma_wgrad(DwGeo
         }
         __syncthreads();  // every warp is done with step i: its x slot and the dy slot of step i - PRE_STEPS
         if (threadIdx.x == 0 && i + RG::AHEAD + 1 < total) issue(i + RG::AHEAD + 1);
+        xs = xs + 1 == RG::SX ? 0 : xs + 1;
+        dslot = dslot + 1 == RG::SD ? 0 : dslot + 1;
+        if (++nb == NB) {
+            nb = 0;
+            parity ^= 1u;
+        }
+        if (++s == steps - RG::PRE_STEPS) {  // the next strip, from its dy-only steps
+            s = -RG::PRE_STEPS;
+            ++strip;
+        }
     }
     // lane (gq, q) holds D[gq][2q], D[gq][2q + 1] of each of its warp's 8 channels
     float* prow = part + (int64_t)band * g.C * KH * KW;
