@@ -473,9 +473,10 @@ __global__ void __launch_bounds__(dw_mma_threads(CB), TH == 32 ? 4 : 1)
 // A block owns CB channels (16, 32 or 64: a pixel's CB x 2 bytes are one TMA row of 32, 64 or
 // 128 bytes) and a band of strips (a strip: one image's output columns ow0 .. ow0 + TW - 1,
 // every row). It walks down a strip R input rows a step: each step's x rows (TW + 7 columns
-// with the halo) and the dy rows R further down come by TMA into two rings, channels-last
-// as in global memory (no transposition, no halo rows: every row comes once a strip). The
-// dy ring keeps the 8 rows above (a filter of up to 9 rows reads them). Per input row r and
+// with the halo) and the R dy rows ph further down (the lowest those x rows reach) come by
+// TMA into two rings, two steps in flight ahead of the one computed, channels-last as in
+// global memory (no transposition, no halo rows: every row comes once a strip). The dy ring
+// keeps the 8 rows above (a filter of up to 9 rows reads them). Per input row r and
 // 16 output columns j (an item), one MMA per channel:
 //   A[m][k] = dy[r + ph - m][16 j + k]   m = kh (rows past KH: sums nobody reads)
 //   B[k][n] = x[r][16 j + k + n]         n = kw: a Hankel matrix of the input row
@@ -515,9 +516,9 @@ __device__ __forceinline__ uint32_t dw_pair(const uint4& p, const uint4& q, int 
     return __byte_perm(dw_word(p, c / 2), dw_word(q, c / 2), c % 2 ? 0x7632 : 0x5410);
 }
 
-// The byte offset of the 16-byte piece o of pixel p in a swizzled ring (1024-byte aligned; PB
-// bytes a pixel): TMA's 32B / 64B / 128B swizzle XORs the piece index with bits 7.. of the
-// offset. Pixels 8 and 16 further are 8 x PB and 16 x PB bytes further (multiples of 256:
+// The byte offset of the 16-byte piece o of pixel p in a swizzled ring slot (aligned to 8
+// pixels, the swizzle's period; PB bytes a pixel): TMA's 32B / 64B / 128B swizzle XORs the
+// piece index with bits 7.. of the offset. Pixels 8 and 16 further are 8 x PB and 16 x PB bytes further (multiples of 256:
 // the same XOR), so a row needs two of these (p and p + 1).
 template <int PB>
 __device__ __forceinline__ unsigned dw_swizzled(int p, int o) {
