@@ -315,8 +315,9 @@ class CudaKnobs:
     rows, output columns, channels per thread).
     algorithm `depthwise_mma` (the same problems, 2D): depthwise on tensor cores, a Toeplitz
     matrix of each filter row as the MMA's B (fwd, bwd_data), a Hankel matrix of each input
-    row as its A (bwd_weight) (bindings/cuda/conv_depthwise_mma.cuh); tile = (output rows,
-    output columns, channels per block). algorithm `toeplitz_mma` with channels_per_group 2
+    row as its B (bwd_weight) (bindings/cuda/conv_depthwise_mma.cuh); tile = (output rows,
+    output columns, channels per block), for bwd_weight (input rows a step, output columns of
+    a strip, channels per block). algorithm `toeplitz_mma` with channels_per_group 2
     or 4: the same for grouped convolution (each output channel sums the Toeplitz products
     of its group's inputs)."""
 
