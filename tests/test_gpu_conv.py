@@ -252,6 +252,19 @@ def test_depthwise_kernels_on_many_shapes_and_filters(kernel, gen):
         assert d.is_supported(p, kernel=kernel.name) is False, why
 
 
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "depthwise_mma" and
+                                    k.direction is Direction.BWD_WEIGHT], ids=lambda k: k.name)
+def test_depthwise_mma_bwd_weight_walks_several_strips_a_block(kernel, gen):
+    """2048 channels are 64 blocks of 32: the SMs' block slots allow each channel block only a
+    few bands (132 SMs x 3 blocks / 64 = 6), so a block walks 2-3 images' strips one after
+    the other, its rings running on from one strip into the next (the many-shapes test has
+    one strip a block)."""
+    if os.environ.get("TILEDISPATCH_NO_TMA"):
+        pytest.skip("the tensor-core depthwise bwd_weight moves its tiles by TMA only (TILEDISPATCH_NO_TMA is set)")
+    assert run_case(kernel, gen, 16, 2048, 1, 1, (14, 14), (7, 7), (1, 1), (3, 3), (1, 1))
+    assert run_case(kernel, gen, 9, 2048, 1, 1, (10, 13), (5, 5), (1, 1), (2, 2), (1, 1))
+
+
 @pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "toeplitz_mma"], ids=lambda k: k.name)
 def test_toeplitz_grouped_kernels_on_many_shapes_and_filters(kernel, gen):
     """The grouped Toeplitz kernels on the depthwise shapes (ragged edges, every filter size,
