@@ -587,7 +587,7 @@ __global__ void __launch_bounds__(CB * 4, DwWgradRing<TW, CB, R, KH>::per_sm) co
     for (int c = 0; c < 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
     // step i's slots and mbarrier, counted along: x slot i % SX, mbarrier i % NB (phase
     // parity i / NB), and the dy slot of the strip's step s (= i - PRE_STEPS) modulo SD
-    int xs = 0, nb = 0, dslot = (RG::SD - RG::PRE_STEPS % RG::SD) % RG::SD, s = -RG::PRE_STEPS, strip = s0;
+    int xs = 0, nb = 0, dslot = (RG::SD - RG::PRE_STEPS % RG::SD) % RG::SD, s = -RG::PRE_STEPS;
     unsigned parity = 0;
     for (int i = 0; i < total; ++i) {
         mbar_wait(full + nb, parity);
@@ -623,10 +623,7 @@ __global__ void __launch_bounds__(CB * 4, DwWgradRing<TW, CB, R, KH>::per_sm) co
             nb = 0;
             parity ^= 1u;
         }
-        if (++s == steps - RG::PRE_STEPS) {  // the next strip, from its dy-only steps
-            s = -RG::PRE_STEPS;
-            ++strip;
-        }
+        if (++s == steps - RG::PRE_STEPS) s = -RG::PRE_STEPS;  // the next strip, from its dy-only steps
     }
     // lane (gq, q) holds D[gq][2q], D[gq][2q + 1] of each of its warp's 8 channels
     float* prow = part + (int64_t)band * g.C * KH * KW;
