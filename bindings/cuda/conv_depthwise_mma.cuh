@@ -488,9 +488,12 @@ __global__ void __launch_bounds__(dw_mma_threads(CB), TH == 32 ? 4 : 1)
 // rows of odd width) fall on distinct banks. Of the MMA's 16 x 8 sums KH x KW are used (7x7:
 // 49 of 128): the tensor cores have room, the loads set the pace. One fp32 partial row per
 // band; conv_bwd_weight_reduce adds the bands' rows in order (deterministic).
-template <int TW, int CB, int R, int KH>
+template <int TW, int CB, int R>
 struct DwWgradRing {
     static constexpr int PB = CB * 2;                   // bytes a pixel: the swizzle's span
+    static constexpr CUtensorMapSwizzle SWIZZLE = CB == 16   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                  : CB == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                             : CU_TENSOR_MAP_SWIZZLE_128B;
     static constexpr int WARPS = CB / 8;                // a warp per 8 channels
     static constexpr int PRE = 8;                       // dy rows kept above a step's first row
     static constexpr int PRE_STEPS = PRE / R;           // steps that only fill the dy ring
@@ -507,7 +510,7 @@ struct DwWgradRing {
     static constexpr int per_sm_warps = 64 / WARPS;
     static constexpr int per_sm = per_sm_smem < per_sm_warps ? per_sm_smem : per_sm_warps;  // blocks an SM holds
     // (the launch bounds give the registers of per_sm blocks: 170 a thread at 3 blocks of 4 warps)
-    static_assert(PRE % R == 0 && KH - 1 <= PRE, "the dy ring keeps the filter's rows above");
+    static_assert(PRE % R == 0, "the dy ring keeps whole steps above");
     static_assert(BWX <= 256 && R <= 256, "TMA box sides");
 };
 
@@ -531,12 +534,13 @@ __device__ __forceinline__ uint4 dw_ld16(const unsigned char* base, unsigned off
 }
 
 template <class T, int KH, int KW, int R, int TW, int CB>
-__global__ void __launch_bounds__(CB * 4, DwWgradRing<TW, CB, R, KH>::per_sm) conv_dw_mma_wgrad(DwGeometry g, int bands, float* __restrict__ part,
+__global__ void __launch_bounds__(CB * 4, DwWgradRing<TW, CB, R>::per_sm) conv_dw_mma_wgrad(DwGeometry g, int bands, float* __restrict__ part,
                                                             const __grid_constant__ CUtensorMap xmap,
                                                             const __grid_constant__ CUtensorMap dymap) {
-    using RG = DwWgradRing<TW, CB, R, KH>;
+    using RG = DwWgradRing<TW, CB, R>;
     constexpr int NT = TW / 16, NB = RG::AHEAD + 1;
     static_assert(KW <= 8 && KH <= 8, "a filter row within the MMA's 8 columns, its rows within A's first 8");
+    static_assert(KH - 1 <= RG::PRE, "the dy ring keeps the filter's rows above");
     extern __shared__ __align__(1024) unsigned char dw_mma_smem[];
     uint64_t* full = reinterpret_cast<uint64_t*>(dw_mma_smem + RG::bar_off);
     pdl_trigger();  // the reduction may be placed: it waits for this kernel's partial rows
@@ -711,17 +715,14 @@ struct Sm90DwMmaConv {
 
     template <int KH>
     static constexpr bool fits() {
-        if constexpr (kWgrad) return DwWgradRing<TW, CB, TH, KH>::bytes <= kDwMmaSmemMost;
+        if constexpr (kWgrad) return DwWgradRing<TW, CB, TH>::bytes <= kDwMmaSmemMost;
         else return DwMmaSmem<TH, TW, CB, KH, dw_wpc(KH, KH, CPG)>::bytes <= kDwMmaSmemMost;
     }
 
     // bwd_weight: blocks of CB channels x bands of strips, as many bands as fill the SMs' block
     // slots once (at least one, at most a strip a band); one fp32 partial row a band.
-    static int wgrad_bands(const DwGeometry& d, int fh, int fw) {
-        int per_sm = 1;
-        Dw::with_filter(fh, fw, [&](auto kh, auto) {
-            if constexpr (fits<decltype(kh)::value>()) per_sm = DwWgradRing<TW, CB, TH, decltype(kh)::value>::per_sm;
-        });
+    static int wgrad_bands(const DwGeometry& d) {
+        const int per_sm = std::max(1, DwWgradRing<TW, CB, TH>::per_sm);
         const int64_t strips = (int64_t)d.N * ((d.wo + TW - 1) / TW);
         const int64_t slots = (int64_t)per_sm * device::multiprocessors(), groups = (d.C + CB - 1) / CB;
         return (int)std::max<int64_t>(1, std::min<int64_t>(strips, slots / groups));
@@ -763,8 +764,7 @@ struct Sm90DwMmaConv {
         } else {
             ConvGeometry g{};
             if (!conv_geometry(p, &g).empty()) return 0;
-            return (size_t)wgrad_bands(Dw::view(g), (int)g.fil[1], (int)g.fil[2]) * (size_t)(g.G * g.taps()) *
-                   sizeof(float);
+            return (size_t)wgrad_bands(Dw::view(g)) * (size_t)(g.G * g.taps()) * sizeof(float);
         }
     }
 
@@ -831,7 +831,7 @@ struct Sm90DwMmaConv {
         ConvGeometry geo{};
         conv_geometry(p, &geo);
         const DwGeometry d = Dw::view(geo);
-        const int bands = wgrad_bands(d, (int)geo.fil[1], (int)geo.fil[2]);
+        const int bands = wgrad_bands(d);
         const int64_t elems = geo.G * geo.taps(), groups = (d.C + CB - 1) / CB;
         if (groups > 65535) return fail(TD_REJECTED, "more than 65535 channel blocks for one launch");
         float* part = nullptr;
@@ -842,12 +842,10 @@ struct Sm90DwMmaConv {
         Dw::with_filter((int)geo.fil[1], (int)geo.fil[2], [&](auto kh, auto kw) {
             constexpr int KH = decltype(kh)::value, KW = decltype(kw)::value;
             if constexpr (fits<KH>()) {
-                using RG = DwWgradRing<TW, CB, TH, KH>;
-                constexpr CUtensorMapSwizzle swz = CB == 16   ? CU_TENSOR_MAP_SWIZZLE_32B
-                                                   : CB == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                                              : CU_TENSOR_MAP_SWIZZLE_128B;
+                using RG = DwWgradRing<TW, CB, TH>;
                 CUtensorMap xmap{}, dymap{};
-                if (!tile_map(&xmap, in, d, true, RG::BWX, TH, swz) || !tile_map(&dymap, out, d, false, RG::BWD, TH, swz))
+                if (!tile_map(&xmap, in, d, true, RG::BWX, TH, RG::SWIZZLE) ||
+                    !tile_map(&dymap, out, d, false, RG::BWD, TH, RG::SWIZZLE))
                     return;
                 mapped = true;
                 auto kernel = conv_dw_mma_wgrad<T, KH, KW, TH, TW, CB>;
