@@ -69,10 +69,12 @@ inline bool tma_map_16bit(CUtensorMap* map, const void* base, const int64_t (&di
 }
 
 // ------------------------------------------------------------------ device
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+// fence: make the initialization visible to the TMA (the async proxy); several barriers
+// initialized together need it after the last one only.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count, bool fence = true) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count));
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    if (fence) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
 // The next phase of `bar` will complete when `bytes` have arrived (one thread calls it).
