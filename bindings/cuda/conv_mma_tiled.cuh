@@ -30,7 +30,8 @@
 // its warps own rows of output and feed each A fragment to every output row it reaches
 // (tc_fwd_rows, the row-reuse loop).
 // The weights are packed once per call by a small kernel into the exact shared-memory image
-// every block copies (block-diagonal, taps padded, bwd_data flipped): no per-block index math.
+// every block copies (block-diagonal, taps padded, bwd_data flipped), followed by the pixel and
+// tap offset tables every forward block shares: no per-block index math.
 // The tiles move by TMA (cuda/tma.cuh; one thread a copy, zeros outside the image, the
 // forward's results clipped at its edge) unless TILEDISPATCH_NO_TMA is set or the driver
 // refuses a tensor map; then the threads copy with cp.async. The eight rows one ldmatrix
