@@ -1,5 +1,5 @@
-// The dispatcher core shared by every library: errors at the ABI boundary, the cost
-// model, and selection (supports -> cost -> name; never first-fit).
+// The dispatcher core shared by every library: errors at the ABI boundary and selection
+// (supports -> the family's cost model (bindings/cost/) -> name; never first-fit).
 #pragma once
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cost/models.hpp"
 #include "tiledispatch/device.hpp"
 #include "tiledispatch/kernel.hpp"
 
@@ -34,36 +35,6 @@ int guarded(F&& f) noexcept {
         return fail(TD_ERROR, "internal error: unknown C++ exception");
     }
 }
-
-// The (batched) GEMM a problem becomes, for the cost model.
-struct GemmShape {
-    int64_t batch, m, n, k;
-};
-
-// Predicted time in arbitrary units of running kernel `k` on `shape` with `threads`
-// workers: tile waves (quantization included), K-loop length, padding waste, packing and
-// micro-tile efficiency, stream-K balance plus its fix-up.
-double predicted_cost(const KernelInfo& k, const GemmShape& shape, bool streamk, int64_t workers,
-                      int threads);
-
-// Bytes of one input / output element of a dtype (fp8 inputs give bf16 outputs).
-int64_t in_bytes(int dtype);
-int64_t out_bytes(int dtype);
-
-// A GEMM's unique bytes (A, B, C) at 3.3 TB/s, the rate CUTLASS's tiles reach at M 16-64 on
-// the H200 with L2 flushed, in the GPU model's units: a lower bound for a kernel's time.
-double gpu_dram_floor(const GemmShape& shape, int dtype);
-
-// A CUTLASS kernel's start and tail (3 us, as the skinny kernel's) in the same units.
-double gpu_kernel_start();
-
-// Split-K (GEMM variant 2, cuda/gemm_sm90.cuh): K cut into `splits` equal parts run as a
-// batch with fp32 partials, then summed. split_k_count: the count kernel `k` runs problem
-// `p` with: the problem's `splits` where it cuts K into parts of a multiple of 16 bytes (0
-// where it does not), else the count in 1..32 the model rates fastest. split_k_cost: the
-// GPU model's time of that run, the sum included.
-int split_k_count(const KernelInfo& k, const TdGemmProblem& p, int64_t sms);
-double split_k_cost(const KernelInfo& k, int64_t M, int64_t N, int64_t K, int splits, int64_t sms);
 
 int host_threads();
 
@@ -111,7 +82,7 @@ int rank(const Kernel* const* table, size_t count, const Problem& p, const char*
                 reasons += std::string("; ") + table[i]->info.name + ": " + why;
             continue;
         }
-        scored.emplace_back(cost(table[i]->info), table[i]);
+        scored.emplace_back(cost(*table[i]), table[i]);
     }
     std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
         return a.first != b.first ? a.first < b.first : std::strcmp(a.second->info.name, b.second->info.name) < 0;

@@ -21,9 +21,9 @@ int check_problem(const TdGemmProblem* p) {
     if (p->M <= 0 || p->N <= 0 || p->K <= 0)
         return fail(TD_ERROR, "M, N and K must be positive (got M=" + std::to_string(p->M) +
                                   " N=" + std::to_string(p->N) + " K=" + std::to_string(p->K) + ")");
-    if (p->dtype < TD_FP32 || p->dtype > TD_FP8_E5M2_FNUZ)
+    if (p->dtype < 0 || p->dtype >= TD_DTYPE_COUNT)
         return fail(TD_ERROR, "unknown dtype code " + std::to_string(p->dtype));
-    if (p->layout < TD_RCR || p->layout > TD_CCR)
+    if (p->layout < 0 || p->layout >= TD_LAYOUT_COUNT)
         return fail(TD_ERROR, "unknown layout code " + std::to_string(p->layout));
     if (p->splits < 0) return fail(TD_ERROR, "splits must not be negative");
     if (p->raster < 0 || p->raster > 2) return fail(TD_ERROR, "raster must be 0, 1 or 2");
@@ -57,35 +57,15 @@ TdGemmProblem legacy_problem(int64_t M, int64_t N, int64_t K) {
     return p;
 }
 
-// The cost model's prediction for one kernel (arbitrary units; lower is faster). On the GPU
-// a CUTLASS kernel's tile estimate is bounded below by the DRAM (gpu_dram_floor); the
-// estimate's 5% added on top keeps the ranking among CUTLASS kernels exactly as the tile
-// estimate orders them; what the floor changes is their standing against the skinny kernel,
-// whose cost is bandwidth already (bench/RESULTS.md, fifteenth session: 16 x 28672 x 4096
-// bf16 went to skinny, 0.95x -> 1.02x cuBLAS, and no pick of the suite moved). GEMM only:
-// the conv kinds compare their own bands.
-//
-// A CUTLASS kernel also pays a fixed start, as the skinny kernel does (gpu_kernel_start):
-// without it the model ranked CUTLASS tiles ahead of the skinny kernel on problems of a few
-// microseconds where skinny was measured fastest (the shipped table's 1287 problems: with
-// it the model alone is within 5% of the best on 848, without on 769).
-double cost_of(const TdGemmProblem& p, const KernelInfo& k, int workers) {
-    const GemmShape shape{1, p.M, p.N, p.K};
-    double cost;
-    if (k.variant == 2) {  // split-K (sm_90a only): the count the kernel will run
-        cost = split_k_cost(k, p.M, p.N, p.K, std::max(1, split_k_count(k, p, workers)), workers);
-    } else {
-        cost = predicted_cost(k, shape, k.variant == 1, p.splits > 0 ? p.splits : workers, workers);
-    }
-    if (std::strncmp(table_target, "sm_", 3) != 0 || k.schedule == 2) return cost;
-    cost += gpu_kernel_start();
-    return std::max(cost, gpu_dram_floor(shape, p.dtype)) + 0.05 * cost;
+// The kernel's family's prediction (arbitrary units; lower is faster; bindings/cost/).
+double cost_of(const TdGemmProblem& p, const GemmKernel& k, int workers) {
+    return k.cost(k.info, p, CostContext{workers});
 }
 
 int ranked(const TdGemmProblem* p, const char* name, std::vector<const GemmKernel*>* out) {
     if (int s = check_problem(p)) return s;
     const int workers = device::multiprocessors();
-    auto cost = [&](const KernelInfo& k) { return cost_of(*p, k, workers); };
+    auto cost = [&](const GemmKernel& k) { return cost_of(*p, k, workers); };
     return rank(gemm_table, gemm_table_size, *p, name, cost, out);
 }
 
@@ -263,7 +243,7 @@ TD_API int td_gemm_cost(const TdGemmProblem* p, const char* kernel, double* cost
         if (!kernel || !*kernel) return fail(TD_ERROR, "td_gemm_cost needs a kernel name");
         const GemmKernel* k = nullptr;
         if (int s = pick(p, kernel, &k)) return s;
-        *cost = cost_of(*p, k->info, device::multiprocessors());
+        *cost = cost_of(*p, *k, device::multiprocessors());
         return TD_OK;
     });
 }

@@ -1,19 +1,6 @@
-"""tiledispatch codegen: kernels.yaml → kernel variants → generated sources and the registry.
+"""The generator's entry point for Meson (`python -m codegen ...`).
 
-Run as `python -m codegen list|emit|table|registry|targets` (Meson does); installed as
-`tiledispatch.codegen` so the runtime builds names with the same code.
+The generator itself is the package's own `tiledispatch.codegen` (python/tiledispatch/codegen/),
+so the source tree imports as it installs; this folder only makes it runnable from the source
+root, as the product's layout names it.
 """
-from .manifest import Expansion, Manifest, expand, load_manifest, matches, parse_manifest
-from .model import (
-    ABI_VERSION, KNOWN_TARGETS, SCHEMA_VERSION, Backend, ConvKernelConfig, ConvLayout, CpuKnobs,
-    Direction, DType, GemmKernelConfig, GemmVariant, Layout, Reduction, backend_of,
-    config_from_name,
-)
-from .yamlsrc import ManifestError
-
-__all__ = [
-    "ABI_VERSION", "KNOWN_TARGETS", "SCHEMA_VERSION", "Backend", "ConvKernelConfig", "ConvLayout",
-    "CpuKnobs", "DType", "Direction", "Expansion", "GemmKernelConfig", "GemmVariant", "Layout",
-    "Manifest", "ManifestError", "Reduction", "backend_of", "config_from_name", "expand",
-    "load_manifest", "matches", "parse_manifest",
-]

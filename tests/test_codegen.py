@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from codegen import (
+from tiledispatch.codegen import (
     ConvKernelConfig, ConvLayout, Direction, DType, GemmKernelConfig, GemmVariant, Layout,
     ManifestError, Reduction, config_from_name, expand, load_manifest, parse_manifest,
 )
-from codegen.emit import emit_source, write_if_changed
-from codegen.registry import registry_dict, table_source
+from tiledispatch.codegen.emit import emit_source, write_if_changed
+from tiledispatch.codegen.registry import registry_dict, table_source
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
@@ -57,11 +57,11 @@ def test_names_are_unique_canonical_and_round_trip():
 
 
 def test_cuda_names_follow_the_design_example():
-    from codegen.model import CudaKnobs
-    g = GemmKernelConfig("bf16", "rcr", "stream_k", "atomic", (128, 256, 64), CudaKnobs(2, 1), "sm_90a")
+    from tiledispatch.codegen.families import Cutlass
+    g = GemmKernelConfig("bf16", "rcr", "stream_k", "atomic", (128, 256, 64), Cutlass(2, 1), "sm_90a")
     assert g.name == "gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a"
     p = GemmKernelConfig("fp16", "rcr", "standard", None, (64, 128, 64),
-                         CudaKnobs(1, 1, "pingpong", "nosmem", True), "sm_90a")
+                         Cutlass(1, 1, "pingpong", "nosmem", True), "sm_90a")
     assert p.name == "gemm_fp16_rcr_standard_64x128x64_c1x1_pp_nosmem_pad_sm90a"
     assert config_from_name(p.name) == p
 
@@ -114,7 +114,7 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     assert {(c.variant, c.reduction) for c in configs} == {
         (GemmVariant.STANDARD, None), (GemmVariant.STREAM_K, Reduction.ATOMIC),
         (GemmVariant.STREAM_K, Reduction.DETERMINISTIC), (GemmVariant.SPLIT_K, None)}
-    assert {c.knobs.schedule for c in configs} == {"cooperative", "pingpong"}
+    assert {c.knobs.schedule for c in configs if c.family == "cutlass"} == {"cooperative", "pingpong"}
     assert any(c.knobs.pad for c in configs)
     assert {c.name for c in configs if c.knobs.algorithm == "skinny"} == {
         "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a", "gemm_fp16_rcr_standard_16x16x128_skinny_sm90a",
@@ -248,7 +248,7 @@ def test_conv_layouts_imply_rank_and_partner_layouts():
 
 
 def test_auto_targets_skip_gpus_this_machine_cannot_build(monkeypatch):
-    from codegen import targets, toolchain
+    from tiledispatch.codegen import targets, toolchain
     monkeypatch.setattr(targets, "detect_gpus", lambda: ["sm_90a", "gfx942"])
     monkeypatch.setattr(targets.shutil, "which", lambda name: "/usr/bin/nvcc" if name == "nvcc" else None)
     messages = []
@@ -409,14 +409,14 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     sweep, split up to 4 in the default manifest (bwd_weight only), in the name and the knobs,
     parsed back."""
     configs = expand(load_manifest(ROOT / "bench/sweeps/sm90_conv_wgrad_split.yaml"), ["sm_90a"]).configs
-    split = [c for c in configs if c.knobs.split > 1]
+    split = [c for c in configs if getattr(c.knobs, "split", 1) > 1]
     assert len(split) == 4 and {c.knobs.split for c in split} == {4}
     names = {c.name for c in split}
     assert "conv_bwdweight_nhwgc_bf16_128x128x64_implicit_c2x2_s4_sm90a" in names
     for c in configs:
         assert config_from_name(c.name) == c
     default = [c for c in sm90_default_configs() if hasattr(c.knobs, "split")]
-    split = [c for c in default if c.knobs.split > 1]
+    split = [c for c in default if getattr(c.knobs, "split", 1) > 1]
     assert len(split) == 3 * 2 and {c.knobs.split for c in split} == {4}
     assert {c.direction.key for c in split} == {"bwd_weight"}
 
@@ -460,11 +460,11 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1]
-    assert len(fp8) == 14 and all(c.knobs.promote == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny
+    assert len(fp8) == 14 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name
-    from codegen.model import fp8_slices
+    from tiledispatch.codegen.families.cutlass import fp8_slices
     assert [fp8_slices(r, n) for r, n in ((64, 128), (56, 112), (96, 192), (128, 256), (192, 192), (256, 256))] == \
         [1, 1, 2, 4, 0, 0]
 
@@ -533,8 +533,8 @@ def test_ping_pong_tiles_hold_at_most_128x192_accumulators():
 def test_skinny_gemm_names_and_rules():
     """algorithm skinny (our decode GEMM): rcr, 16-bit or OCP fp8, tile [8|16|32|64, 16|32,
     warps x 32 (16-bit) or 64 (fp8) k]; its knobs are the tile alone."""
-    from codegen.model import CudaKnobs
-    ok = GemmKernelConfig("bf16", "rcr", tile=(16, 16, 128), knobs=CudaKnobs(algorithm="skinny"), target="sm_90a")
+    from tiledispatch.codegen import families
+    ok = GemmKernelConfig("bf16", "rcr", tile=(16, 16, 128), knobs=families.Skinny(), target="sm_90a")
     assert ok.name == "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a" and config_from_name(ok.name) == ok
     assert "cuda::SkinnyGemm<2, 16, 16, 128>" in emit_source(ok)
 
@@ -548,7 +548,7 @@ def test_skinny_gemm_names_and_rules():
     assert "skinny tile must be" in problems("fp8_e4m3", "rcr", (16, 16, 96))[0]  # fp8: 64 k a warp step
     assert "32 accumulators" in problems("bf16", "rcr", (64, 32, 128))[0]
     with pytest.raises(ValueError, match="takes no cluster"):
-        CudaKnobs.from_yaml({"algorithm": "skinny", "cluster": [1, 1]})
+        families.knobs_from_yaml(families.Backend.CUDA, {"algorithm": "skinny", "cluster": [1, 1]})
 
 
 def test_split_k_gemm_names_rules_and_source():

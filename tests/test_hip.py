@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from codegen import emit, manifest
-from codegen.model import DType, GemmKernelConfig, HipKnobs, config_from_name
-from codegen.toolchain import hip_toolchain
+from tiledispatch.codegen import emit, manifest
+from tiledispatch.codegen import DType, GemmKernelConfig, config_from_name
+from tiledispatch.codegen.families import Mfma as HipKnobs
+from tiledispatch.codegen.toolchain import hip_toolchain
 
 ROOT = Path(__file__).resolve().parents[1]
 

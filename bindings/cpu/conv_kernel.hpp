@@ -190,11 +190,6 @@ struct ConvKernelImpl {
         }
         return Eng::run_stream_k_checked(ops, workers(p), false, ws, ws_bytes);
     }
-
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, streamk ? 1 : -1, TM, TN, TK, MR, NR, 0, 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cpu

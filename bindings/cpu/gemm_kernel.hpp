@@ -133,12 +133,6 @@ struct GemmKernelImpl {
         }
         return Eng::run_stream_k_checked(ops, workers(p), Reduction == 0, ws, ws_bytes);
     }
-
-    static constexpr GemmKernel entry(const char* name) {
-        return GemmKernel{{name, DType, LayoutCode, Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN,
-                           TK, MR, NR, 0, 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cpu

@@ -874,12 +874,6 @@ struct Sm90DwConv {
         }
         return launch_status();
     }
-
-    // KernelInfo: tile = (TH, TW, VC), schedule 7 = depthwise.
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, Direction == TD_CONV_BWD_WEIGHT ? 1 : -1, TH, TW, VC, 1, 0, 7, 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

@@ -869,13 +869,6 @@ struct Sm90DwMmaConv {
         const int box[5] = {CB, cols, rows, 1, 1};
         return tma_map_16bit(map, base, dims, box, swizzle);
     }
-
-    // KernelInfo: tile = (TH, TW, CB), micro_m = channels per group, schedule 8 = Toeplitz
-    // tensor-core convolution (depthwise and grouped).
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, kWgrad ? 1 : -1, TH, TW, CB, CPG, 0, 8, 0, 0}, &supports,
-                          &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

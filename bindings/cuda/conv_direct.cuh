@@ -983,14 +983,6 @@ struct Sm90DirectConv {
         }
         return launch_status();
     }
-
-    // KernelInfo: tile = (pixels, channels, threads), micro_m = channels per group (0: any),
-    // schedule 2 = direct convolution.
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, Direction == TD_CONV_BWD_WEIGHT ? 1 : -1, PW, VC, Threads,
-                           CPG, 0, 2, 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

@@ -167,11 +167,6 @@ struct Sm90GemmConv {
         void* dst = Direction == TD_CONV_FWD ? out : const_cast<void*>(in);
         return Gemm::run(gp, a, w, dst, gemm_ws, l.gemm, stream_ptr);
     }
-
-    // KernelInfo: schedule 4 = dense convolution through a CUTLASS GEMM; cluster in micro.
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, TN, TK, CM, CN, 4, 0, 0}, &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

@@ -325,13 +325,6 @@ struct Sm90ImplicitConv {
                 partial, static_cast<T*>(o.d), elems, s);
         return launch_status();
     }
-
-    // KernelInfo: schedule 5 = dense convolution through CUTLASS's implicit-GEMM convolution;
-    // `reduction` carries the batch split (-1: none).
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, Split > 1 ? Split : -1, TM, TN, TK, CM, CN, 5, 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

@@ -209,12 +209,6 @@ struct Sm90MmaConv {
         conv_mma<T, Direction, CPG, PM><<<blocks, 128, 0, static_cast<cudaStream_t>(stream_ptr)>>>(g, x, w, dy, dst);
         return launch_status();
     }
-
-    // KernelInfo: schedule 3 = tensor-core convolution, micro_m = channels per group.
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, -1, TM, 8 * ((CPG + 7) / 8), 16, CPG, 0, 3, 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

@@ -1154,13 +1154,6 @@ struct Sm90TcConv {
         }
         return launch_status();
     }
-
-    // KernelInfo: tile = (output pixels per block, channels per block, MMA K), micro_m =
-    // channels per group, schedule 6 = tensor-core convolution from shared-memory tiles.
-    static constexpr ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DType, Ndim, Direction, kWgrad ? 1 : -1, TM, TC, 16, CPG, 0, 6, 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

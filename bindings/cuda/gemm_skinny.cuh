@@ -310,11 +310,6 @@ struct SkinnyGemm {
         }
         return launch_status();
     }
-
-    // schedule 2: our skinny kernel (the cost model's bandwidth branch); cluster 1 x 1.
-    static constexpr GemmKernel entry(const char* name) {
-        return GemmKernel{{name, DType, TD_RCR, 0, -1, MT, NT, KT, 1, 1, 2, 0, 0}, &supports, &workspace_size, &run};
-    }
 };
 
 }  // namespace td::cuda

@@ -228,7 +228,7 @@ struct Sm90Gemm {
     // The split count of a split-K run (split_k_count: the problem's, 0 when it does not cut
     // K evenly, else the one the cost model rates fastest, 1 when no split pays).
     static int split_count(const TdGemmProblem& p) {
-        return split_k_count(entry("").info, p, device::multiprocessors());
+        return split_k_count(Sm90Tile{TM, TN, TK, CM, CN, Pingpong, Pad}, DType, p, device::multiprocessors());
     }
 
     // splits > 1 (split-K): the batch of `splits` K parts; c is then the fp32 partials.
@@ -477,12 +477,6 @@ struct Sm90Gemm {
         const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return fail(TD_ERROR, std::string("kernel launch failed: ") + cudaGetErrorString(err));
         return TD_OK;
-    }
-
-    static constexpr GemmKernel entry(const char* name) {
-        return GemmKernel{{name, DType, LayoutCode, SplitK ? 2 : Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN, TK, CM, CN,
-                           Pingpong ? 1 : 0, Pad ? 1 : 0, fast_accum ? 1 : 0},
-                          &supports, &workspace_size, &run};
     }
 };
 

@@ -118,8 +118,6 @@ inline int hip_launch_status() {
     return TD_OK;
 }
 
-// KernelInfo for the hip backend: micro = waves (M, N), schedule = pipeline (0 mem, 1 compv3)
-// + 2 * scheduler (interwave), pad = padding.
 template <int DT, int Layout, bool Streamk, int Reduction, int TM, int TN, int TK, int WM, int WN, int WK, int MM,
           int MN, int MK, bool DoubleBuf, bool Interwave, bool Pad>
 struct HipGemm {
@@ -174,14 +172,6 @@ struct HipGemm {
             <<<(unsigned)g.tiles(), Eng::kThreads, 0, stream>>>(ops, sk, atomic, work, alpha);
         return hip_launch_status();
     }
-
-    // Not constexpr: a constant-initialized namespace-scope const would be implicitly
-    // __constant__ in HIP and drag the host functions into the device link.
-    static GemmKernel entry(const char* name) {
-        return GemmKernel{{name, DT, Layout, Streamk ? 1 : 0, Streamk ? Reduction : -1, TM, TN, TK, WM, WN,
-                           (DoubleBuf ? 1 : 0) + (Interwave ? 2 : 0), Pad ? 1 : 0, 0},
-                          &supports, &workspace_size, &run};
-    }
 };
 
 template <int DT, int Ndim, int Direction, int TM, int TN, int TK, int WM, int WN, int WK, int MM, int MN, int MK,
@@ -232,12 +222,6 @@ struct HipConv {
                                                              static_cast<hipStream_t>(stream_ptr)>>>(
             ops, g, false, StreamK{}, false, nullptr, 1.0f);
         return hip_launch_status();
-    }
-
-    static ConvKernel entry(const char* name) {
-        return ConvKernel{{name, DT, Ndim, Direction, -1, TM, TN, TK, WM, WN, (DoubleBuf ? 1 : 0) + (Interwave ? 2 : 0),
-                           Pad ? 1 : 0, 0},
-                          &supports, &workspace_size, &run};
     }
 };
 

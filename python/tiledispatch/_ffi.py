@@ -10,7 +10,7 @@ import functools
 import threading
 from importlib import resources
 
-from .codegen import ABI_VERSION
+from .codegen import ABI_VERSION, abi
 from .errors import TileDispatchError, raise_for
 from ._registry import kernels_dir, registry
 
@@ -19,21 +19,11 @@ c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float, c_double = (
     ctypes.c_size_t, ctypes.c_float, ctypes.c_double)
 
 
-class TdGemmProblem(ctypes.Structure):
-    _fields_ = [("M", c_i64), ("N", c_i64), ("K", c_i64), ("dtype", c_i32), ("layout", c_i32),
-                ("lda", c_i64), ("ldb", c_i64), ("ldc", c_i64), ("alpha", c_float),
-                ("splits", c_i32), ("raster", c_i32), ("swizzle", c_i32)]
-
-
-class ConvProblemC(ctypes.Structure):
-    _fields_ = [(name, c_int) for name in (
-        "N", "G", "C", "K", "input_d", "input_h", "input_w", "filter_z", "filter_y", "filter_x",
-        "stride_d", "stride_h", "stride_w", "pad_d", "pad_h", "pad_w",
-        "dilation_d", "dilation_h", "dilation_w", "direction", "split_k")]
-
-
-class TdConvProblem(ctypes.Structure):
-    _fields_ = [("base", ConvProblemC), ("ndim", c_i32), ("dtype", c_i32)]
+# The ABI's structs, from the one table the C header is rendered from (codegen/abi.py).
+TdGemmProblem = abi.ctypes_struct("TdGemmProblem")
+ConvProblemC = abi.ctypes_struct("ConvProblemC")
+TdConvProblem = abi.ctypes_struct("TdConvProblem", {"ConvProblemC": ConvProblemC})
+TdOptions = abi.ctypes_struct("TdOptions")
 
 
 _P = ctypes.POINTER

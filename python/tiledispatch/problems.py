@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from . import _ffi
 from .codegen import Direction, DType, Layout
-from .codegen.model import _coerce
+from .codegen.model import coerce as _coerce
 
 
 @dataclass(frozen=True)

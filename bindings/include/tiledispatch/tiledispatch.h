@@ -27,54 +27,10 @@ extern "C" {
 #define TD_API __attribute__((visibility("default")))
 #endif
 
-#define TD_ABI_VERSION 2
-
-enum td_status { TD_OK = 0, TD_ERROR = -1, TD_UNSUPPORTED = -2, TD_REJECTED = -3 };
-
-/* Input element types. The output type is fp32 for fp32, fp16 for fp16, bf16 otherwise. */
-enum td_dtype {
-    TD_FP32 = 0, TD_FP16 = 1, TD_BF16 = 2, TD_FP8_E4M3 = 3, TD_FP8_E5M2 = 4,  /* fp8: OCP */
-    TD_FP8_E4M3_FNUZ = 5, TD_FP8_E5M2_FNUZ = 6                               /* fp8: FNUZ (MI300, gfx942) */
-};
-
-/* GEMM layouts: A, B, C row- (r) or column-major (c). */
-enum td_layout { TD_RCR = 0, TD_RRR = 1, TD_CRR = 2, TD_CCR = 3 };
-
-enum td_conv_direction { TD_CONV_FWD = 0, TD_CONV_BWD_DATA = 1, TD_CONV_BWD_WEIGHT = 2 };
-
-/* C = alpha * A(MxK) * B(KxN). Leading dimensions in elements; 0 means packed. */
-typedef struct TdGemmProblem {
-    int64_t M, N, K;
-    int32_t dtype;   /* enum td_dtype */
-    int32_t layout;  /* enum td_layout */
-    int64_t lda, ldb, ldc;
-    float alpha;     /* 1.0f for a plain product; per-tensor fp8 scales multiply in here */
-    int32_t splits;  /* cpu stream-K: workers (0 = one per thread); cuda stream-K: split-K count (0 = heuristic) */
-    int32_t raster;  /* cuda tile order: 0 heuristic, 1 along M, 2 along N (cpu: ignored) */
-    int32_t swizzle; /* cuda tile swizzle: 0 default (1), or 1, 2, 4, 8 (cpu: ignored) */
-} TdGemmProblem;
-
-/* The reference system's convolution problem. C and K are channels per group.
- * 1D problems use the *_w fields, 2D *_h and *_w; unused dims are 1 (pad 0). */
-typedef struct ConvProblemC {
-    int N, G, C, K;
-    int input_d, input_h, input_w;
-    int filter_z, filter_y, filter_x;
-    int stride_d, stride_h, stride_w;
-    int pad_d, pad_h, pad_w;
-    int dilation_d, dilation_h, dilation_w;
-    int direction; /* enum td_conv_direction */
-    int split_k;   /* 0 = automatic */
-} ConvProblemC;
-
-/* Extended conv problem: the legacy struct plus the spatial rank and the dtype.
- * Layouts are channels-last with groups: NWGC/NHWGC/NDHWGC input, GKXC/GKYXC/GKZYXC
- * weight, NWGK/NHWGK/NDHWGK output. */
-typedef struct TdConvProblem {
-    ConvProblemC base;
-    int32_t ndim;  /* 1, 2 or 3 */
-    int32_t dtype; /* enum td_dtype */
-} TdConvProblem;
+/* TD_ABI_VERSION, the status codes, the enums (dtype, layout, direction, GEMM variant,
+ * stream-K reduction, kernel family) and the structs TdGemmProblem, ConvProblemC,
+ * TdConvProblem and TdOptions: generated from python/tiledispatch/codegen/abi.py. */
+#include "tiledispatch/abi_types.h"
 
 /* ---- common ---- */
 TD_API int td_abi_version(void);

@@ -9,9 +9,11 @@ import fnmatch
 import itertools
 from dataclasses import dataclass
 
+from . import families
+from .configs import ConvKernelConfig, GemmKernelConfig
 from .model import (
-    KNOBS_BY_BACKEND, SCHEMA_VERSION, Backend, ConvKernelConfig, ConvLayout,
-    Direction, DType, GemmKernelConfig, GemmVariant, Layout, Reduction, backend_of, check_target,
+    SCHEMA_VERSION, Backend, ConvLayout, Direction, DType, GemmVariant, Layout, Reduction, backend_of,
+    check_target,
 )
 from .yamlsrc import LineDict, LineList, ManifestError, load_yaml, read_source
 
@@ -19,7 +21,7 @@ TOP_KEYS = ("schema_version", "gemm", "conv")
 COMMON_KEYS = ("name", "dtype", "tile", "targets")
 GEMM_KEYS = COMMON_KEYS + ("layout", "variant", "reduction")
 CONV_KEYS = COMMON_KEYS + ("direction", "layout")
-BACKEND_KEYS = tuple(b.key for b in KNOBS_BY_BACKEND)
+BACKEND_KEYS = tuple(b.key for b in Backend)
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class Group:
         for key, values in self.knobs:
             if key is backend:
                 return values
-        return ((KNOBS_BY_BACKEND[backend](), self.line),) if backend in KNOBS_BY_BACKEND else ()
+        return ((families.default_knobs(backend, self.op), self.line),)
 
 
 @dataclass(frozen=True)
@@ -99,32 +101,29 @@ def _parse_tiles(container, path):
     return tuple((_int_triple(item, line, "tile", path, 3), line) for item, line in items)
 
 
-PAIR_KNOBS = ("micro_tile", "cluster")
-TRIPLE_KNOBS = ("wave_shape", "warp_tile")
-INT_KNOBS = ("channels_per_group", "split", "promote")  # integers (channels_per_group also takes "any", promote "fast")
-
-
 def _parse_knobs(group, path):
     """Per-backend knob sub-maps: each key a list, their product a list of knob objects."""
     out = []
-    for backend, knob_cls in KNOBS_BY_BACKEND.items():
+    for backend in Backend:
         if backend.key not in group:
             continue
         sub = group[backend.key]
         line = group.line_of(backend.key)
         if not isinstance(sub, LineDict):
             raise _error(f"'{backend.key}' must be a mapping of backend knobs", line, path)
+        keys = families.manifest_keys(backend)
         for key in sub:
-            if key not in knob_cls.YAML_KEYS:
-                raise _error(f"unknown {backend.key} knob '{key}' (expected {', '.join(knob_cls.YAML_KEYS)})",
+            if key not in keys:
+                raise _error(f"unknown {backend.key} knob '{key}' (expected {', '.join(keys)})",
                              sub.line_of(key), path)
         axes = []
-        for key in knob_cls.YAML_KEYS:
+        for key in keys:
             if key not in sub:
                 continue
             raw = sub[key]
-            if key in PAIR_KNOBS or key in TRIPLE_KNOBS:
-                size = 2 if key in PAIR_KNOBS else 3
+            shape = families.key_shape(backend, key)
+            if shape in ("pair", "triple"):
+                size = 2 if shape == "pair" else 3
                 items = ([(raw, sub.line_of(key))] if isinstance(raw, LineList) and raw
                          and not isinstance(raw[0], list) else _as_list(sub, key, path))
                 axes.append([(key, _int_triple(item, item_line, key, path, size), item_line)
@@ -132,7 +131,7 @@ def _parse_knobs(group, path):
             else:
                 items = _as_list(sub, key, path)
                 for item, item_line in items:
-                    if key in INT_KNOBS and isinstance(item, int) and not isinstance(item, bool):
+                    if shape == "int" and isinstance(item, int) and not isinstance(item, bool):
                         continue
                     if not isinstance(item, str):
                         raise _error(f"'{key}' takes strings, got {item!r}", item_line, path)
@@ -140,7 +139,7 @@ def _parse_knobs(group, path):
         values = []
         for combo in itertools.product(*axes):
             try:
-                knobs = knob_cls.from_yaml({key: value for key, value, _ in combo})
+                knobs = families.knobs_from_yaml(backend, {key: value for key, value, _ in combo})
             except ValueError as err:
                 bad_line = max((item_line for _, _, item_line in combo), default=line)
                 raise _error(str(err), bad_line, path) from None
@@ -235,8 +234,8 @@ def _group_configs(group: Group, targets, path, reject=None):
             values = {name: v for name, (v, _) in zip(names, combo)}
             lines = {name: line for name, (_, line) in zip(names, combo)}
             knobs, knob_line = combo[-1]
-            problems = knobs.problems(group.op, values["dtype"], values.get("layout"),
-                                      values.get("variant", values.get("direction")), values["tile"], target)
+            problems = families.problems(knobs, group.op, values["dtype"], values.get("layout"),
+                                         values.get("variant", values.get("direction")), values["tile"], target)
             if problems and reject is not None:
                 if target in targets:
                     what = " ".join(str(getattr(v, "key", "")) for k, v in values.items() if k != "tile").split()

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 from .model import KNOWN_TARGETS, backend_of
+from .toolchain import cutlass_include_dirs, hip_toolchain
 
 
 def _run(cmd) -> str:
@@ -34,7 +35,6 @@ def detect_gpus() -> list[str]:
 
 def _missing_toolchain(target: str) -> str:
     """What a detected GPU target lacks to be built here ('' when nothing)."""
-    from .toolchain import cutlass_include_dirs, hip_toolchain
     if backend_of(target).key == "hip":
         try:
             hip_toolchain([target])

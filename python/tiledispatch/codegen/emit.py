@@ -1,20 +1,15 @@
-"""Emission by backend, and write-if-changed (so ninja's restat skips unchanged sources)."""
+"""A variant's source (its family's template in the shared frame), and write-if-changed (so
+ninja's restat skips unchanged sources)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from . import emit_cpu, emit_cuda, emit_hip
-from .model import Backend
-
-EMITTERS = {Backend.CPU: emit_cpu, Backend.CUDA: emit_cuda, Backend.HIP: emit_hip}
+from .frame import definition
 
 
 def emit_source(config) -> str:
-    backend = config.backend
-    if backend not in EMITTERS:
-        raise ValueError(f"the {backend.key} backend is not part of this version")
-    return EMITTERS[backend].emit(config)
+    return definition(config)
 
 
 def write_if_changed(path, text: str) -> bool:

@@ -1,0 +1,152 @@
+"""Command line of the generator, run by Meson:
+
+  python -m codegen targets  --requested auto,cpu
+  python -m codegen list     --manifest kernels.yaml --targets cpu [--filter GLOB] [--format meson]
+  python -m codegen emit     --variant NAME -o OUT
+  python -m codegen table    --manifest ... --targets ... --op gemm --target cpu -o OUT
+  python -m codegen registry --manifest ... --targets ... -o registry.json
+  python -m codegen abi      [--write | --check]   (the ABI headers rendered from abi.py)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import abi, families
+from .emit import emit_source, write_if_changed
+from .manifest import expand, load_manifest
+from .configs import config_from_name
+from .model import backend_of
+from .registry import libraries, registry_json, table_source
+from .targets import resolve
+from .toolchain import cutlass_include_dirs, hip_toolchain
+from .yamlsrc import ManifestError
+
+
+def _warn(message: str) -> None:
+    print(f"tiledispatch: warning: {message}", file=sys.stderr)
+
+
+def _expansion(args):
+    manifest = load_manifest(args.manifest)
+    targets = [t for t in args.targets.split(",") if t]
+    result = expand(manifest, targets, args.filter)
+    return result
+
+
+def _selection_args(parser):
+    parser.add_argument("--manifest", required=True, help="path of kernels.yaml")
+    parser.add_argument("--targets", required=True, help="comma-separated build targets")
+    parser.add_argument("--filter", default="", help="comma-separated globs over kernel names")
+
+
+ABI_HEADERS = {"abi_types.h": lambda: abi.render_c_types(families.FAMILIES),
+               "kernel_info.hpp": abi.render_kernel_info}
+
+
+def abi_header_dir() -> Path:
+    """bindings/include/tiledispatch of the source tree this package was imported from."""
+    return Path(__file__).resolve().parents[3] / "bindings" / "include" / "tiledispatch"
+
+
+def _abi(write: bool, check: bool) -> int:
+    stale = []
+    for name, render in ABI_HEADERS.items():
+        path, text = abi_header_dir() / name, render()
+        if write:
+            write_if_changed(path, text)
+        elif check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                stale.append(str(path))
+        else:
+            print(text)
+    for path in stale:
+        print(f"tiledispatch codegen: {path} is not current: run python -m codegen abi --write", file=sys.stderr)
+    return 1 if stale else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("targets", help="resolve gpu_targets (auto: cpu plus the GPUs found)")
+    p.add_argument("--requested", required=True)
+    p.add_argument("--format", choices=("text", "meson"), default="text",
+                   help="text: comma-separated; meson: a line 'TARGET BACKEND' per target")
+    p = sub.add_parser("cutlass-include", help="print the CUTLASS include folders, one per line")
+    p.add_argument("--explicit", default="")
+    p = sub.add_parser("hip-toolchain", help="print the HIP compiler, then 'TARGET FLAGS...' per gfx target")
+    p.add_argument("--targets", required=True)
+    p.add_argument("--explicit", default="")
+    p = sub.add_parser("list", help="the variants the manifest expands to")
+    _selection_args(p)
+    p.add_argument("--format", choices=("text", "meson"), default="text")
+    p = sub.add_parser("emit", help="write the source of one variant")
+    p.add_argument("--variant", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("table", help="write the registration table of one library")
+    _selection_args(p)
+    p.add_argument("--op", required=True, choices=("gemm", "conv"))
+    p.add_argument("--target", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("abi", help="render the ABI headers (bindings/include/tiledispatch/) from abi.py")
+    p.add_argument("--write", action="store_true", help="write them into the source tree")
+    p.add_argument("--check", action="store_true", help="exit 1 when a file in the source tree is not current")
+    p = sub.add_parser("registry", help="write registry.json")
+    _selection_args(p)
+    p.add_argument("-o", "--output", required=True)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "cutlass-include":
+            print("\n".join(cutlass_include_dirs(args.explicit)))
+        elif args.command == "hip-toolchain":
+            compiler, flags = hip_toolchain([t for t in args.targets.split(",") if t], args.explicit)
+            print(compiler)
+            for target, extra in flags.items():
+                print(target, *extra)
+        elif args.command == "targets":
+            resolved = resolve(args.requested.split(","), _warn)
+            if args.format == "meson":
+                for target in resolved:
+                    print(target, backend_of(target).key)
+            else:
+                print(",".join(resolved))
+        elif args.command == "list":
+            result = _expansion(args)
+            if not result.configs:
+                raise ManifestError(
+                    f"no kernels for targets {args.targets}"
+                    + (f" match filter '{args.filter}'" if args.filter else ""), None, args.manifest)
+            for name in result.duplicates:
+                _warn(f"{name} is declared more than once; built once")
+            for config in result.configs:
+                if args.format == "meson":
+                    print(config.op, config.target, config.backend.key, config.name)
+                else:
+                    print(config.name)
+            if args.format == "text":
+                libs = ", ".join(f"{op}/{target}" for op, target in libraries(result.configs))
+                print(f"# {len(result.configs)} kernels ({libs}); {result.filtered_out} filtered out",
+                      file=sys.stderr)
+        elif args.command == "emit":
+            config = config_from_name(args.variant)
+            write_if_changed(args.output, emit_source(config))
+        elif args.command == "table":
+            write_if_changed(args.output, table_source(_expansion(args).configs, args.op, args.target))
+        elif args.command == "abi":
+            return _abi(args.write, args.check)
+        elif args.command == "registry":
+            write_if_changed(args.output, registry_json(_expansion(args).configs))
+    except ManifestError as err:
+        print(f"{err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        print(f"tiledispatch codegen: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""What a kernel family is: one class that owns its manifest keys and defaults, its name
+token, its validity rules, its source template and its cost-model entry.
+
+A family is a frozen dataclass of its knobs deriving from `Family`. Its class attributes:
+
+    FAMILY     the family's key: the manifest's `algorithm` value where a backend has several
+               families, and the C enum TD_FAMILY_<FAMILY upper-cased>
+    CODE       its td_family value (unique and stable: registries and tables store it)
+    BACKEND    the Backend whose targets it builds for
+    OPS        the ops it builds: ("gemm",), ("conv",) or both
+    YAML_KEYS  the manifest keys it takes, besides `algorithm`
+    KEY_SHAPES the value shape of those keys that are not plain words ("pair", "triple", "int")
+    HEADER     its kernel template, relative to bindings/
+    COST       {op: the C++ function of bindings/cost/ that predicts its kernels' time}
+
+and its methods (the knobs are `self`):
+
+    from_yaml(values)   the knobs from one combination of manifest values (ValueError: why not)
+    default(op)         the knobs when a group names none for this backend (classmethod)
+    token               the knobs' part of a kernel name; from_token(token) parses it back,
+                        returning None for a token of another family
+    problems(op, dtype, layout, variant, tile, target)
+                        why the family cannot build this variant ([]: it can)
+    instance(config)    the C++ template instance of one variant
+    defines(config)     lines the variant's source puts before its header ("" by default)
+    info(config)        the family's KernelInfo fields of a variant (the common ones come
+                        from the config: see frame.kernel_info)
+    to_dict()           the knobs for registry.json
+
+Register a new family with one line in families/__init__.py (or `families.register(cls)`).
+"""
+from __future__ import annotations
+
+
+class Family:
+    """The base of every family's knobs dataclass (see the module docstring)."""
+
+    FAMILY = ""
+    CODE = -1
+    BACKEND = None
+    OPS = ()
+    YAML_KEYS = ()
+    KEY_SHAPES = {}  # manifest key -> "pair" | "triple" (lists of ints) | "int" (an int or a word); else a word
+    HEADER = ""
+    COST = {}
+
+    @property
+    def family(self) -> str:
+        return self.FAMILY
+
+    @property
+    def algorithm(self) -> str:
+        """The manifest's `algorithm` value: the family's key."""
+        return self.FAMILY
+
+    @classmethod
+    def default(cls, op: str):
+        return cls()
+
+    @classmethod
+    def reject_keys(cls, values: dict, why: str = "") -> None:
+        """ValueError naming the manifest keys of `values` this family does not take."""
+        extra = set(values) - set(cls.YAML_KEYS) - {"algorithm"}
+        if extra:
+            raise ValueError(f"the {cls.FAMILY} algorithm takes no {', '.join(sorted(extra))}{why}")
+
+    def header(self, config) -> str:
+        return self.HEADER
+
+    def defines(self, config) -> str:
+        return ""
+
+    def info(self, config) -> dict:
+        return {}
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.FAMILY}

@@ -1,0 +1,205 @@
+"""cutlass (cuda, GEMM): CUTLASS sm90 GEMMs (bindings/cuda/gemm_sm90.cuh) in the standard,
+stream-K and split-K variants. Knobs: the cluster shape, the kernel schedule (cooperative or
+ping-pong), the epilogue (tma or nosmem), whether misaligned operands are staged through
+aligned copies (misaligned: pad) and, for fp8, `promote`: how the tensor cores' short partial
+sums reach the fp32 accumulators: `tile` (the default) every K tile through our mainloop with
+two alternating sets of partial registers (bindings/cuda/fp8_mainloop.cuh: the tensor cores
+never drain); N (4, 8, ...) every N MMAs of K 32 through CUTLASS's fp8 mainloop, which drains
+them at each; `fast` never (CUTLASS's FP8FastAccum schedules: much less precise, so never
+picked, run only when named)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..frame import cpp_bool
+from ..model import FNUZ, Backend, DType, GemmVariant, Layout
+from .base import Family
+from .sm90 import target_problems
+
+SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
+EPILOGUES = ("tma", "nosmem")
+PROMOTES = (0, 1, 4, 8, 12, 16, 24, 32)
+
+
+def fp8_slices(regs: int, n: int) -> int:
+    """N slices of a K tile's MMAs in our fp8 mainloop (bindings/cuda/fp8_mainloop.cuh,
+    `fp8_slices`, the same rule) for a consumer warp group holding `regs` fp32 accumulators a
+    thread in a tile `n` wide: 1 where two more full partial sets fit in 192 registers, else
+    the fewest even count that fits; 0: none does."""
+    if 3 * regs <= 192:
+        return 1
+    for h in range(2, n // 8 + 1, 2):
+        if n % (8 * h) == 0 and regs + 2 * regs // h <= 192:
+            return h
+    return 0
+
+
+def fp8_tile_slices(tile, schedule: str) -> int:
+    """fp8_slices of a CUTLASS tile under a schedule: a cooperative tile's M is split over
+    two consumer warp groups, a ping-pong tile is one warp group's."""
+    tm, tn, _ = tile
+    return fp8_slices((tm // 2 if schedule == "cooperative" else tm) * tn // 128, tn)
+
+
+def parse_cluster(values: dict) -> tuple[int, int]:
+    cluster = values.get("cluster", (1, 1))
+    return cluster[0], cluster[1]
+
+
+def check_schedule(schedule: str) -> None:
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule '{schedule}' (expected cooperative or pingpong)")
+
+
+def tile_problems(dtype, tile, cluster_m: int, cluster_n: int) -> list[str]:
+    """The rules every CUTLASS sm90 kernel shares: cluster sides, tile N, tile K."""
+    out = []
+    _, tn, tk = tile
+    if cluster_m not in (1, 2) or cluster_n not in (1, 2):
+        out.append(f"cluster {cluster_m}x{cluster_n}: each side must be 1 or 2")
+    if tn % 16 or not 16 <= tn <= 256:
+        out.append(f"tile N {tn} must be a multiple of 16 in 16..256")
+    want_k = (128,) if dtype.nbytes == 1 else (64, 128)
+    if tk not in want_k:
+        out.append(f"tile K must be {' or '.join(map(str, want_k))} for {dtype.key} "
+                   f"(128-byte rows of shared memory)")
+    return out
+
+
+def gemm_problems(dtype, layout, variant, tile, cluster_m, cluster_n, schedule, pad=False, promote=1) -> list[str]:
+    """The sm90 CUTLASS GEMM rules (also those of the im2col convolution's GEMM)."""
+    out = []
+    tm, tn, tk = tile
+    if dtype is DType.FP32:
+        out.append("fp32 inputs are not built on the cuda backend (use fp16, bf16 or fp8)")
+    if dtype in FNUZ:
+        out.append(f"{dtype.key} (FNUZ) is built for gfx942 only; NVIDIA fp8 is OCP (fp8_e4m3, fp8_e5m2)")
+    if dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and layout is not Layout.RCR:
+        out.append("fp8 wgmma needs K-major A and B: layout rcr only")
+    out += tile_problems(dtype, tile, cluster_m, cluster_n)
+    if variant is GemmVariant.STREAM_K and schedule != "cooperative":
+        out.append("CUTLASS runs stream-K only with the cooperative schedule")
+    if variant is GemmVariant.SPLIT_K and dtype not in (DType.FP16, DType.BF16):
+        out.append(f"split_k is built for fp16 and bf16 (fp32 partials), not {dtype.key}")
+    if variant is GemmVariant.SPLIT_K and pad:
+        out.append("split_k reads its operands in place: misaligned reject only (a pad variant serves the rest)")
+    if schedule == "cooperative" and tm not in (128, 256):
+        out.append(f"the cooperative schedule needs tile M 128 or 256, not {tm}")
+    # A ping-pong warp group holds the whole tile: 128x192 is 192 fp32 accumulators a thread,
+    # compiled without spills; 128x256 would not fit.
+    if schedule == "pingpong" and tm != 64 and tm * tn > 128 * 192:
+        out.append(f"ping-pong tile {tm}x{tn} holds too many accumulators per warp group")
+    if schedule == "pingpong" and tm not in (64, 128):
+        out.append(f"the ping-pong schedule needs tile M 64 or 128, not {tm}")
+    if (tm + tn) * tk * dtype.nbytes > 96 * 1024:
+        out.append(f"tile {tm}x{tn}x{tk} needs more than 96 KiB of shared memory per stage")
+    if promote == 1 and dtype in (DType.FP8_E4M3, DType.FP8_E5M2) and not fp8_tile_slices(tile, schedule):
+        out.append(f"fp8 tile {tm}x{tn} with promote tile: no N slicing leaves room for the two partial sets "
+                   f"(bindings/cuda/fp8_mainloop.cuh)")
+    if promote != 1 and dtype not in (DType.FP8_E4M3, DType.FP8_E5M2):
+        out.append(f"promote applies to fp8 only ({dtype.key} MMAs accumulate in fp32)")
+    elif promote > 1 and promote % max(1, tk // 32):
+        out.append(f"promote {promote} must be a multiple of the {tk // 32} MMAs of one K tile of {tk}")
+    return out
+
+
+@dataclass(frozen=True)
+class Cutlass(Family):
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"  # cooperative | pingpong
+    epilogue: str = "tma"          # tma | nosmem
+    pad: bool = False              # misaligned: reject (False) | pad (True)
+    promote: int = 1               # fp8: 1 = tile (ours), N = CUTLASS every N MMAs, 0 = fast (never picked)
+
+    FAMILY = "cutlass"
+    CODE = 2
+    BACKEND = Backend.CUDA
+    OPS = ("gemm",)
+    YAML_KEYS = ("cluster", "schedule", "epilogue", "misaligned", "promote")
+    KEY_SHAPES = {"cluster": "pair", "promote": "int"}
+    HEADER = "cuda/gemm_sm90.cuh"
+    COST = {"gemm": "cutlass_gemm_cost"}
+
+    def __post_init__(self):
+        check_schedule(self.schedule)
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
+        if self.promote not in PROMOTES:
+            raise ValueError(f"promote {self.promote!r} not one of tile, 4, 8, 12, 16, 24, 32 or fast")
+
+    @classmethod
+    def from_yaml(cls, values: dict) -> "Cutlass":
+        if "channels_per_group" in values:
+            raise ValueError("channels_per_group applies only to algorithm direct")
+        if "split" in values:
+            raise ValueError("split applies only to algorithm implicit")
+        misaligned = values.get("misaligned", "reject")
+        if misaligned not in ("reject", "pad"):
+            raise ValueError(f"unknown misaligned '{misaligned}' (expected reject or pad)")
+        raw = values.get("promote", "tile")
+        if isinstance(raw, str) and raw in ("tile", "fast"):
+            promote = 1 if raw == "tile" else 0
+        elif isinstance(raw, int) and not isinstance(raw, bool) and raw > 1:
+            promote = raw  # the allowed intervals: __post_init__
+        else:
+            raise ValueError(f"promote must be tile, 4, 8, 12, 16, 24, 32 or fast, got {raw!r}")
+        return cls(*parse_cluster(values), values.get("schedule", "cooperative"), values.get("epilogue", "tma"),
+                   misaligned == "pad", promote)
+
+    @property
+    def named_only(self) -> bool:
+        """fp8 fast accumulation: a less precise contract, run only when named."""
+        return self.promote == 0
+
+    @property
+    def token(self) -> str:
+        parts = [f"c{self.cluster_m}x{self.cluster_n}", SCHEDULES[self.schedule]]
+        if self.epilogue != "tma":
+            parts.append(self.epilogue)
+        if self.pad:
+            parts.append("pad")
+        if self.promote != 1:
+            parts.append(f"p{self.promote}" if self.promote else "fastacc")
+        return "_".join(parts)
+
+    @classmethod
+    def from_token(cls, token: str):
+        match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?(?:_p(\d+)|(_fastacc))?", token)
+        if not match:
+            return None
+        schedule = {v: k for k, v in SCHEDULES.items()}[match.group(3)]
+        promote = 0 if match.group(7) else int(match.group(6) or 1)
+        return cls(int(match.group(1)), int(match.group(2)), schedule, "nosmem" if match.group(4) else "tma",
+                   bool(match.group(5)), promote)
+
+    def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
+        return target_problems(target) or gemm_problems(
+            dtype, layout, variant, tile, self.cluster_m, self.cluster_n, self.schedule, self.pad, self.promote)
+
+    def defines(self, config) -> str:
+        # Programmatic dependent launch (cuda/gemm_sm90.cuh); CUTLASS 4.2's stream-K scheduler
+        # does not compile with it (is_last_tile binds a const member to a non-const reference).
+        if config.variant is GemmVariant.STREAM_K:
+            return ""
+        return "#define CUTLASS_ENABLE_GDC_FOR_SM90  // launched as a programmatic dependent\n"
+
+    def instance(self, config) -> str:
+        tm, tn, tk = config.tile
+        streamk = config.variant is GemmVariant.STREAM_K
+        reduction = config.reduction.code if streamk else -1
+        split_k = ", true" if config.variant is GemmVariant.SPLIT_K else ""
+        return (f"cuda::Sm90Gemm<{config.dtype.code}, {config.layout.code}, {cpp_bool(streamk)}, {reduction}, "
+                f"{tm}, {tn}, {tk},\n"
+                f"                   {self.cluster_m}, {self.cluster_n}, {cpp_bool(self.schedule == 'pingpong')}, "
+                f"{cpp_bool(self.epilogue == 'nosmem')}, {cpp_bool(self.pad)}, {self.promote}{split_k}>")
+
+    def info(self, config) -> dict:
+        return {"cluster_m": self.cluster_m, "cluster_n": self.cluster_n, "pingpong": int(self.schedule == "pingpong"),
+                "nosmem_epilogue": int(self.epilogue == "nosmem"), "pad": int(self.pad), "promote": self.promote,
+                "named_only": int(self.named_only)}
+
+    def to_dict(self) -> dict:
+        return {"cluster": [self.cluster_m, self.cluster_n], "schedule": self.schedule,
+                "epilogue": self.epilogue, "misaligned": "pad" if self.pad else "reject"}

@@ -1,0 +1,73 @@
+"""im2col (cuda, dense convolution): a CUTLASS sm90 GEMM over an im2col buffer
+(bindings/cuda/conv_gemm.cuh; a 1x1 stride-1 unpadded problem needs no buffer). Knobs: the
+GEMM's cluster shape and schedule; its rules are the GEMM's."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..frame import cpp_bool
+from ..model import Backend, DType, Direction, GemmVariant, Layout
+from .base import Family
+from .cutlass import SCHEDULES, check_schedule, gemm_problems, parse_cluster
+from .sm90 import target_problems
+
+
+@dataclass(frozen=True)
+class Im2col(Family):
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"
+
+    FAMILY = "im2col"
+    CODE = 10
+    BACKEND = Backend.CUDA
+    OPS = ("conv",)
+    YAML_KEYS = ("cluster", "schedule")
+    KEY_SHAPES = {"cluster": "pair"}
+    HEADER = "cuda/conv_gemm.cuh"
+    COST = {"conv": "im2col_conv_cost"}
+
+    def __post_init__(self):
+        check_schedule(self.schedule)
+
+    @classmethod
+    def from_yaml(cls, values: dict) -> "Im2col":
+        if "split" in values:
+            raise ValueError("split applies only to algorithm implicit")
+        if values.get("epilogue", "tma") != "tma" or values.get("misaligned", "reject") != "reject":
+            raise ValueError("algorithm im2col takes cluster and schedule only")
+        cls.reject_keys({k: v for k, v in values.items() if k not in ("epilogue", "misaligned")})
+        return cls(*parse_cluster(values), values.get("schedule", "cooperative"))
+
+    @property
+    def token(self) -> str:
+        return f"im2col_c{self.cluster_m}x{self.cluster_n}_{SCHEDULES[self.schedule]}"
+
+    @classmethod
+    def from_token(cls, token: str):
+        match = re.fullmatch(r"im2col_c(\d+)x(\d+)_(coop|pp)", token)
+        if not match:
+            return None
+        schedule = {v: k for k, v in SCHEDULES.items()}[match.group(3)]
+        return cls(int(match.group(1)), int(match.group(2)), schedule)
+
+    def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
+        if target_problems(target):
+            return target_problems(target)
+        if dtype not in (DType.FP16, DType.BF16):
+            return [f"im2col convolution takes fp16 or bf16, not {dtype.key}"]
+        gemm_layout = Layout.CRR if variant is Direction.BWD_WEIGHT else Layout.RCR
+        return gemm_problems(dtype, gemm_layout, GemmVariant.STANDARD, tile, self.cluster_m, self.cluster_n,
+                             self.schedule)
+
+    def instance(self, config) -> str:
+        tm, tn, tk = config.tile
+        return (f"cuda::Sm90GemmConv<{config.dtype.code}, {config.ndim}, {config.direction.code}, {tm}, {tn}, {tk},\n"
+                f"                       {self.cluster_m}, {self.cluster_n}, {cpp_bool(self.schedule == 'pingpong')}>")
+
+    def info(self, config) -> dict:
+        return {"cluster_m": self.cluster_m, "cluster_n": self.cluster_n, "pingpong": int(self.schedule == "pingpong")}
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.FAMILY, "cluster": [self.cluster_m, self.cluster_n], "schedule": self.schedule}

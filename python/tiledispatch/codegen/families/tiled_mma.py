@@ -1,0 +1,63 @@
+"""tiled_mma (cuda, convolution, every direction): tensor-core grouped convolution from
+shared-memory tiles (bindings/cuda/conv_mma_tiled.cuh). Tile = (output pixels per block, 16 or
+32 channels per block, 16 = the MMA's K)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..model import Backend
+from .base import Family
+from .direct import channels_per_group
+from .sm90 import half_precision_problems, target_problems
+
+
+@dataclass(frozen=True)
+class TiledMma(Family):
+    channels_per_group: int = 16
+
+    FAMILY = "tiled_mma"
+    CODE = 9
+    BACKEND = Backend.CUDA
+    OPS = ("conv",)
+    YAML_KEYS = ("channels_per_group",)
+    KEY_SHAPES = {"channels_per_group": "int"}
+    HEADER = "cuda/conv_mma_tiled.cuh"
+    COST = {"conv": "tiled_mma_conv_cost"}
+    CPG = (1, 2, 4, 8, 16)
+
+    def __post_init__(self):
+        if self.channels_per_group not in self.CPG:
+            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 (tiled_mma)")
+
+    @classmethod
+    def from_yaml(cls, values: dict) -> "TiledMma":
+        return cls(channels_per_group(cls, values, cls.CPG, "1, 2, 4, 8, 16 (tiled_mma)"))
+
+    @property
+    def token(self) -> str:
+        return f"tiledmma_cpg{self.channels_per_group}"
+
+    @classmethod
+    def from_token(cls, token: str):
+        match = re.fullmatch(r"tiledmma_cpg(\d+)", token)
+        return cls(int(match.group(1))) if match else None
+
+    def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
+        if target_problems(target):
+            return target_problems(target)
+        out = half_precision_problems("tiled_mma convolution kernels", dtype)
+        if tile[0] not in (64, 128, 256, 512) or tile[1] not in (16, 32) or tile[2] != 16:
+            out.append(f"tiled_mma tile must be [64|128|256|512, 16|32, 16] (pixels per block, channels per block, "
+                       f"MMA K), not {list(tile)}")
+        return out
+
+    def instance(self, config) -> str:
+        return (f"cuda::Sm90TcConv<{config.dtype.code}, {config.ndim}, {config.direction.code}, "
+                f"{self.channels_per_group}, {config.tile[0]}, {config.tile[1]}>")
+
+    def info(self, config) -> dict:
+        return {"channels_per_group": self.channels_per_group}
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.FAMILY, "channels_per_group": self.channels_per_group}
