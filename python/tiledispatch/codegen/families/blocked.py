@@ -39,6 +39,7 @@ class Blocked(Family):
 
     @classmethod
     def from_yaml(cls, values: dict) -> "Blocked":
+        cls.reject_keys(values)
         return cls(*values.get("micro_tile", (cls.micro_m, cls.micro_n)))
 
     @property

@@ -57,6 +57,7 @@ class Mfma(Family):
 
     @classmethod
     def from_yaml(cls, values: dict) -> "Mfma":
+        cls.reject_keys(values)
         waves = values.get("wave_shape", (2, 2, 1))
         warp = values.get("warp_tile", (32, 32, 8))
         padding = values.get("padding", "pad")
