@@ -8,14 +8,13 @@ ratios and their geomean over the aligned shapes. Timing: CUDA events around eac
 L2 flushed before each (a 512 MiB write, which also keeps the GPU busy while the host
 issues the launch), median of --repeat after warm-up. Inputs uniform in [-1, 1).
 Also the host overhead of one td.gemm call on torch tensors, and a chain of back-to-back
-2048³ GEMMs (programmatic dependent launch; compare a run with TILEDISPATCH_NO_PDL=1).
+2048³ GEMMs (programmatic dependent launch; compare a run with --no-pdl).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
 import statistics
 import time
 
@@ -162,7 +161,7 @@ def host_overhead(d) -> tuple:
 def chain_us(n=2048, calls=200, rounds=15) -> dict:
     """µs a GEMM of back-to-back calls (n³ bf16, the output alternating between two
     tensors) timed by one pair of events around the chain, td.gemm and torch.matmul taking
-    turns: what a programmatic dependent launch overlaps (compare with TILEDISPATCH_NO_PDL=1)."""
+    turns: what a programmatic dependent launch overlaps (compare with --no-pdl)."""
     a, b = operands(n, n, n, DType.BF16)
     outs = [torch.empty(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     fns = {"td.gemm": lambda i: td.gemm(a, b, out=outs[i & 1]),
@@ -212,7 +211,11 @@ def main() -> int:
     parser.add_argument("--shapes", default="suite", choices=("suite", "quick", "decode"))
     parser.add_argument("--no-knobs", dest="knobs", action="store_false",
                         help="skip the raster/swizzle and stream-K split sweeps")
+    parser.add_argument("--no-pdl", dest="pdl", action="store_false",
+                        help="launch every kernel the usual way, not as a programmatic dependent "
+                             "(td.set_options(pdl=False))")
     args = parser.parse_args()
+    td.set_options(pdl=args.pdl)
     timer = Timer(args.repeat)
     d = td.Dispatcher("gemm")
     print(f"device {torch.cuda.get_device_name()}, target {d.target}, {len(d.kernels)} kernels", flush=True)
@@ -226,7 +229,7 @@ def main() -> int:
         print("host: not measured (no kernel of this build takes the bf16 256^3 problem)", flush=True)
     try:
         chain = chain_us()
-        pdl = "off (TILEDISPATCH_NO_PDL)" if os.environ.get("TILEDISPATCH_NO_PDL") else "on"
+        pdl = "on" if td.options()["pdl"] else "off (--no-pdl)"
         print(f"chain of 200 back-to-back 2048^3 bf16 GEMMs: td.gemm {chain['td.gemm']:.2f} us a GEMM, "
               f"torch.matmul {chain['torch.matmul']:.2f} (programmatic dependent launch {pdl})", flush=True)
     except td.UnsupportedProblemError:

@@ -48,11 +48,12 @@ fi
 if want conv; then
   step "GPU conv tests"
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_conv.py" 2>&1 | tee "$OUT/test_gpu_conv.log" | tail -25
-  step "GPU conv tests: tiled_mma and depthwise with their software copies and plain launches (TILEDISPATCH_NO_TMA=1, TILEDISPATCH_NO_PDL=1)"
-  TILEDISPATCH_NO_TMA=1 TILEDISPATCH_NO_PDL=1 python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_conv.py" \
+  step "GPU conv tests: tiled_mma and depthwise with their software copies and plain launches (--td-options no_tma,no_pdl)"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_conv.py" --td-options no_tma,no_pdl \
     -k "tiled_mma or depthwise" 2>&1 | tail -3
-  step "GPU conv tests: tiled_mma with the one-row loop at 16 channels a group (TILEDISPATCH_NO_TC_ROWS=1)"
-  TILEDISPATCH_NO_TC_ROWS=1 python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_conv.py" -k tiled_mma 2>&1 | tail -3
+  step "GPU conv tests: tiled_mma with the one-row loop at 16 channels a group (--td-options no_multi_row)"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_conv.py" --td-options no_multi_row \
+    -k tiled_mma 2>&1 | tail -3
   step "conv benchmark against cuDNN"
   python3 "$OLDPWD/bench/conv.py" --json "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" | tail -40
 fi

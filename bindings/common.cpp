@@ -1,9 +1,11 @@
-// Functions every library exports and the error channel.
+// Functions every library exports, the error channel and the run-time options.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 
 #include "dispatcher.hpp"
+#include "tiledispatch/options.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -13,6 +15,25 @@ namespace td {
 
 namespace {
 thread_local std::string last_error;
+
+// The options as one bit each, so one load reads all three consistently.
+constexpr unsigned kOptionTma = 1, kOptionPdl = 2, kOptionMultiRow = 4;
+std::atomic<unsigned> option_bits{kOptionTma | kOptionPdl | kOptionMultiRow};
+
+// TD_OK when an options field is 0 or 1; TD_ERROR naming it otherwise.
+int check_option(const char* field, int32_t value) {
+    if (value == 0 || value == 1) return TD_OK;
+    return fail(TD_ERROR, std::string("TdOptions.") + field + " is " + std::to_string(value) + "; each field is 0 or 1");
+}
+}  // namespace
+
+TdOptions options() {
+    const unsigned bits = option_bits.load(std::memory_order_relaxed);
+    TdOptions out{};
+    out.tma = (bits & kOptionTma) ? 1 : 0;
+    out.pdl = (bits & kOptionPdl) ? 1 : 0;
+    out.multi_row = (bits & kOptionMultiRow) ? 1 : 0;
+    return out;
 }
 
 int fail(int status, const std::string& message) {
@@ -51,5 +72,24 @@ TD_API int td_abi_version(void) { return TD_ABI_VERSION; }
 TD_API const char* td_library_target(void) { return td::table_target; }
 TD_API const char* td_library_op(void) { return td::table_op; }
 TD_API const char* td_last_error(void) { return td::last_error.c_str(); }
+
+TD_API int td_get_options(TdOptions* out) {
+    td::clear_error();
+    if (!out) return td::fail(TD_ERROR, "td_get_options: the options pointer is NULL");
+    *out = td::options();
+    return TD_OK;
+}
+
+TD_API int td_set_options(const TdOptions* in) {
+    td::clear_error();
+    if (!in) return td::fail(TD_ERROR, "td_set_options: the options pointer is NULL");
+    if (int s = td::check_option("tma", in->tma)) return s;
+    if (int s = td::check_option("pdl", in->pdl)) return s;
+    if (int s = td::check_option("multi_row", in->multi_row)) return s;
+    td::option_bits.store((in->tma ? td::kOptionTma : 0u) | (in->pdl ? td::kOptionPdl : 0u) |
+                              (in->multi_row ? td::kOptionMultiRow : 0u),
+                          std::memory_order_relaxed);
+    return TD_OK;
+}
 
 }

@@ -10,6 +10,27 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+# --td-options: the library options the tests run under (td.set_options), to cover the
+# kernels' other paths: e.g. `pytest --td-options no_tma,no_pdl tests/test_gpu_conv.py`.
+TD_OPTION_FLAGS = {"no_tma": "tma", "no_pdl": "pdl", "no_multi_row": "multi_row"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--td-options", default="", metavar="FLAGS",
+                     help="comma-separated, of " + ", ".join(TD_OPTION_FLAGS) +
+                          ": turn those library options off (td.set_options) for the whole session")
+
+
+def pytest_configure(config):
+    flags = [f for f in config.getoption("--td-options").split(",") if f]
+    unknown = [f for f in flags if f not in TD_OPTION_FLAGS]
+    if unknown:
+        raise pytest.UsageError(f"--td-options: unknown {', '.join(unknown)} (known: {', '.join(TD_OPTION_FLAGS)})")
+    if flags:
+        import tiledispatch as td
+        td.set_options(**{TD_OPTION_FLAGS[f]: False for f in flags})
+
+
 @pytest.fixture
 def rng():
     import numpy as np

@@ -5,7 +5,6 @@ the GPU; run by bench/gpu_run.sh on the H200.
 Every compiled conv variant is run on problems it supports: fresh random inputs
 quantized to its dtype, the output poisoned with NaN, odd and asymmetric sizes, stride 2,
 dilation 2, in its own rank (1D, 2D or 3D)."""
-import os
 
 import numpy as np
 import pytest
@@ -156,7 +155,7 @@ def test_tiled_direct_kernels_on_many_channels_and_tiles(kernel, gen):
 # The tensor-core kernels from shared-memory tiles (conv_mma_tiled.cuh): 64 channels (blocks
 # of 32) and 144 (blocks of 16), images wider and taller than one tile, stride 2 with
 # dilation 2 (bwd_data refuses stride 2), 7x7 and 5x5 filters, 1D rows longer than a tile.
-# bench/gpu_run.sh conv runs them again with TILEDISPATCH_NO_TC_ROWS=1 (the one-row loop).
+# bench/gpu_run.sh conv runs them again with --td-options no_multi_row (the one-row loop).
 # The 16-channel kernels' row-reuse loop (3-row filters at row stride and dilation 1) also
 # meets a column stride and dilation (2D) and a depth stride and dilation (3D) here.
 TC_CASES = {
@@ -214,9 +213,9 @@ def dw_takes(kernel, fil, channels) -> bool:
     kernels only where their sums, weights and input rows fit the registers and their rings
     48 KB of shared memory (dw_slide_fits in conv_depthwise.cuh); the tensor-core kernels
     (conv_depthwise_mma.cuh) channels in 16-byte vectors (a short last block), their
-    bwd_weight only with TMA (it declines the problem under TILEDISPATCH_NO_TMA)."""
+    bwd_weight only with TMA (it declines the problem with the option tma off)."""
     if kernel.knobs.algorithm == "depthwise_mma":
-        no_tma = kernel.direction is Direction.BWD_WEIGHT and bool(os.environ.get("TILEDISPATCH_NO_TMA"))
+        no_tma = kernel.direction is Direction.BWD_WEIGHT and not td.options()["tma"]
         return channels % 8 == 0 and not no_tma
     if not is_sliding(kernel):
         return True
@@ -259,8 +258,8 @@ def test_depthwise_mma_bwd_weight_walks_several_strips_a_block(kernel, gen):
     few bands (132 SMs x 3 blocks / 64 = 6), so a block walks 2-3 images' strips one after
     the other, its rings running on from one strip into the next (the many-shapes test has
     one strip a block)."""
-    if os.environ.get("TILEDISPATCH_NO_TMA"):
-        pytest.skip("the tensor-core depthwise bwd_weight moves its tiles by TMA only (TILEDISPATCH_NO_TMA is set)")
+    if not td.options()["tma"]:
+        pytest.skip("the tensor-core depthwise bwd_weight moves its tiles by TMA only (the option tma is off)")
     assert run_case(kernel, gen, 16, 2048, 1, 1, (14, 14), (7, 7), (1, 1), (3, 3), (1, 1))
     assert run_case(kernel, gen, 9, 2048, 1, 1, (10, 13), (5, 5), (1, 1), (2, 2), (1, 1))
 
@@ -287,8 +286,8 @@ def test_toeplitz_grouped_kernels_on_many_shapes_and_filters(kernel, gen):
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
     if kernel.knobs.algorithm == "depthwise_mma" and kernel.direction is Direction.BWD_WEIGHT and \
-            os.environ.get("TILEDISPATCH_NO_TMA"):
-        pytest.skip("the tensor-core depthwise bwd_weight moves its tiles by TMA only (TILEDISPATCH_NO_TMA is set)")
+            not td.options()["tma"]:
+        pytest.skip("the tensor-core depthwise bwd_weight moves its tiles by TMA only (the option tma is off)")
     G, C, K = geometry(kernel)
     N = 5 if split_of(kernel) > 1 else 3  # a batch split needs an image per slice
     ran = [run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil) for inp, fil, st, pad, dil in CASES[kernel.ndim]]

@@ -2,7 +2,7 @@
 // 2D, stride 1, dilation 1, filters 3x3, 5x5 and 7x7, forward and backward-data (the forward
 // over dy with the filter flipped, as in conv_depthwise.cuh), and backward-weight
 // (conv_dw_mma_wgrad, below). The tiles move by TMA (see "the tiles by TMA" below) unless
-// TILEDISPATCH_NO_TMA is set or the driver refuses a map (fwd / bwd_data then copy in software;
+// the library's option tma is 0 or the driver refuses a map (fwd / bwd_data then copy in software;
 // bwd_weight declines the problem).
 //
 // The CUDA-core kernels (conv_depthwise.cuh) spend one FMA per product: ConvNeXt's 7x7 over
@@ -752,7 +752,7 @@ struct Sm90DwMmaConv {
             return TD_UNSUPPORTED;
         }
         if (kWgrad && !tc_tma_wanted()) {  // its tiles move by TMA only
-            *why = "bwd_weight on tensor cores needs TMA (TILEDISPATCH_NO_TMA is set)";
+            *why = "bwd_weight on tensor cores needs TMA (the option tma is 0)";
             return TD_UNSUPPORTED;
         }
         return conv_tensors_fit_int32(g, why);

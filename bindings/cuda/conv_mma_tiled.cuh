@@ -33,7 +33,7 @@
 // every block copies (block-diagonal, taps padded, bwd_data flipped), followed by the pixel and
 // tap offset tables every forward block shares: no per-block index math.
 // The tiles move by TMA (cuda/tma.cuh; one thread a copy, zeros outside the image, the
-// forward's results clipped at its edge) unless TILEDISPATCH_NO_TMA is set or the driver
+// forward's results clipped at its edge) unless the library's option tma is 0 or the driver
 // refuses a tensor map; then the threads copy with cp.async. The eight rows one ldmatrix
 // phase reads must sit in different banks: under TMA every tile swizzles each pixel's BC x 2
 // bytes (TMA's 64B / 32B modes); the software copies give a pixel BC x 2 + 16 bytes, an odd
@@ -44,6 +44,7 @@
 
 #include "cuda/conv_mma.cuh"
 #include "cuda/tma.cuh"
+#include "tiledispatch/options.hpp"
 
 namespace td::cuda {
 
@@ -88,13 +89,10 @@ constexpr int tc_wgrad_blocks_by_regs(int cpg, int maxt) {
 // virtual group, for 3-row filters at row stride and dilation 1: a warp owns kTcRows output
 // rows of one 16-column segment, and each A fragment it loads (16 input pixels of one input
 // row, one filter column) feeds the MMAs of every output row that input row reaches (up to 3),
-// instead of one. Off with TILEDISPATCH_NO_TC_ROWS (the one-row loop then runs: A/B
+// instead of one. Off with the library's option multi_row 0 (the one-row loop then runs: A/B
 // measurements, tests of both).
 constexpr int kTcRows = 4;  // output rows a warp carries: 4, or 2 where 4 leaves warps idle
-inline bool tc_rows_wanted() {
-    static const bool off = std::getenv("TILEDISPATCH_NO_TC_ROWS") != nullptr;
-    return !off;
-}
+inline bool tc_rows_wanted() { return options().multi_row != 0; }
 
 // fwd / bwd_data: bytes of the offset tables (tc_table_entry) in the workspace and in shared
 // memory, rounded up to the 16-byte copies that move them.
@@ -1001,12 +999,9 @@ __global__ void __launch_bounds__(kTcThreads, tc_wgrad_blocks_by_regs(CPG, MAXT)
     }
 }
 
-// TMA for the forward kernel's tiles unless TILEDISPATCH_NO_TMA is set (the software
+// TMA for the forward kernel's tiles unless the library's option tma is 0 (the software
 // copies then run: the tests cover both paths that way, and bench/conv.py can compare them).
-inline bool tc_tma_wanted() {
-    static const bool off = std::getenv("TILEDISPATCH_NO_TMA") != nullptr;
-    return !off;
-}
+inline bool tc_tma_wanted() { return options().tma != 0; }
 
 // The swizzle of a TMA plan's tiles: a pixel's bc x 2 bytes are one 64- or 32-byte span.
 inline CUtensorMapSwizzle tc_swizzle(const TcPlan& pl) {

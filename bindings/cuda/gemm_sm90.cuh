@@ -33,7 +33,7 @@
 // the kernel before it in the stream (griddepcontrol.wait in CUTLASS's load warps) before
 // it reads global memory; its consumers write only after those loads. So it is launched as
 // a programmatic dependent (launch.cuh): its prologue (barriers, descriptor prefetch) runs
-// while the kernel before it finishes. TILEDISPATCH_NO_PDL=1 launches the usual way.
+// while the kernel before it finishes. The library's option pdl 0 launches the usual way.
 #ifdef CUTLASS_ENABLE_GDC_FOR_SM90
 #define TD_GEMM_GDC true
 #else

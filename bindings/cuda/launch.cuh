@@ -4,10 +4,10 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "dispatcher.hpp"
+#include "tiledispatch/options.hpp"
 
 namespace td::cuda {
 
@@ -17,7 +17,8 @@ namespace td::cuda {
 // before it reads what that kernel writes. Everything earlier in the stream is complete
 // by then (that kernel itself started after it). pdl_trigger() in the earlier kernel lets
 // the dependent one be placed as soon as every block of it has started. Both are no-ops
-// in a kernel launched the usual way. TILEDISPATCH_NO_PDL=1 launches the usual way.
+// in a kernel launched the usual way. The library's option pdl 0 (td_set_options) launches
+// the usual way.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -29,10 +30,7 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-inline bool pdl_wanted() {
-    static const bool off = std::getenv("TILEDISPATCH_NO_PDL") != nullptr;
-    return !off;
-}
+inline bool pdl_wanted() { return options().pdl != 0; }
 
 template <class... Params, class... Args>
 void pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {

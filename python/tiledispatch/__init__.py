@@ -25,6 +25,7 @@ _EXPORTS = {
     "ConvKernelConfig": "codegen", "ConvLayout": "codegen", "CpuKnobs": "codegen", "DType": "codegen",
     "Direction": "codegen", "GemmKernelConfig": "codegen", "GemmVariant": "codegen", "Layout": "codegen",
     "Reduction": "codegen",
+    "options": "_options", "set_options": "_options",
 }
 
 __all__ = sorted(_EXPORTS) + ["codegen"]

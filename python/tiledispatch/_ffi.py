@@ -32,6 +32,8 @@ _COMMON = {
     "td_library_target": ([], c_char_p),
     "td_library_op": ([], c_char_p),
     "td_last_error": ([], c_char_p),
+    "td_get_options": ([_P(TdOptions)], c_int),
+    "td_set_options": ([_P(TdOptions)], c_int),
 }
 _GEMM = {
     "dispatcher_init": ([], c_int),
@@ -106,6 +108,8 @@ class Library:
 
 
 _lock = threading.Lock()
+_loaded: list = []  # every Library loaded in this process
+_options = None  # the TdOptions set_options gave every library (None: the libraries' defaults)
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,9 +125,28 @@ def _load(op: str, target: str) -> Library:
                 handle = ctypes.CDLL(str(path))
             except OSError as err:
                 raise TileDispatchError(f"cannot load {path}: {err}") from None
-            return Library(op, target, str(path), handle)
+            lib = Library(op, target, str(path), handle)
+            if _options is not None:
+                lib.check(lib.td_set_options(ctypes.byref(_options)))
+            _loaded.append(lib)
+            return lib
 
 
 def library(op: str, target: str) -> Library:
     """The loaded library for (op, target); loaded on first use."""
     return _load(op, target)
+
+
+def set_options(options: TdOptions) -> None:
+    """Gives every library loaded now, and each one loaded later, these run-time options."""
+    global _options
+    with _lock:
+        for lib in _loaded:
+            lib.check(lib.td_set_options(ctypes.byref(options)))
+        _options = TdOptions(*(getattr(options, field) for field, _ in TdOptions._fields_))
+
+
+def options() -> TdOptions | None:
+    """The options set_options gave the libraries (a copy), or None where it was never called."""
+    with _lock:
+        return None if _options is None else TdOptions(*(getattr(_options, f) for f, _ in TdOptions._fields_))

@@ -3,7 +3,7 @@
  * One shared library per (operation, target) exports these functions:
  * libtd_gemm_<target>.so the dispatcher_* and td_gemm_* ones, libtd_conv_<target>.so the
  * conv_dispatcher_* and td_conv_* ones; both export td_abi_version, td_library_target,
- * td_library_op and td_last_error.
+ * td_library_op, td_last_error, td_get_options and td_set_options.
  *
  * Status codes: TD_OK 0; TD_ERROR -1 (bad argument, device error, exception caught at
  * the boundary); TD_UNSUPPORTED -2 (no kernel supports the problem); TD_REJECTED -3 (the
@@ -37,6 +37,16 @@ TD_API int td_abi_version(void);
 TD_API const char* td_library_target(void);
 TD_API const char* td_library_op(void);
 TD_API const char* td_last_error(void);
+
+/* Run-time options of this library (TdOptions; every field 1 by default), one value for the
+ * whole process, read by the kernels' host code at each call: tma 0 makes the convolution
+ * kernels that move tiles by TMA copy them in software instead (the tensor-core depthwise
+ * bwd_weight, TMA only, then declines its problems); pdl 0 launches every kernel the usual
+ * way instead of as a programmatic dependent; multi_row 0 runs the tiled_mma forward's
+ * one-row loop instead of the row-reuse loop. td_set_options fails with TD_ERROR unless
+ * every field is 0 or 1. Each library holds its own options: set them in each. */
+TD_API int td_get_options(TdOptions* out);
+TD_API int td_set_options(const TdOptions* in);
 
 /* ---- GEMM: the reference system's functions (layout rcr, packed, host pointers; the
  * element type is td_legacy_dtype(): fp32 where the library has fp32 kernels, else bf16,
