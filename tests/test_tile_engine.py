@@ -119,13 +119,17 @@ def small_job(names):
             "kernels": names, "verify": True, "repeat": 2}
 
 
-def test_a_crashing_and_a_hanging_kernel_cost_one_kernel_each(swept, monkeypatch):
+def fault_worker(*args):
+    """The worker command of tests/fault_worker.py, which fails on the kernels named in args."""
+    return [sys.executable, str(ROOT / "tests" / "fault_worker.py"), *args]
+
+
+def test_a_crashing_and_a_hanging_kernel_cost_one_kernel_each(swept):
     out, report = swept
     names = sorted(report["built"])
-    monkeypatch.setenv("TILEDISPATCH_TEST_CRASH", names[0])
-    monkeypatch.setenv("TILEDISPATCH_TEST_HANG", names[2])
     job = small_job(names)
-    results = runner.run([job], "cpu", out / "build", timeout=5)
+    results = runner.run([job], "cpu", out / "build", timeout=5,
+                         worker_command=fault_worker("--crash", names[0], "--hang", names[2]))
     status = {r["kernel"]: r["status"] for r in results}
     assert status == {names[0]: "MISSING", names[1]: "OK", names[2]: "MISSING", names[3]: "OK"}
     errors = {r["kernel"]: r.get("error") for r in results}
@@ -133,14 +137,13 @@ def test_a_crashing_and_a_hanging_kernel_cost_one_kernel_each(swept, monkeypatch
     assert errors[names[2]] == "no answer within 5 s"
 
 
-def test_a_kernel_that_crashes_on_a_timed_run_costs_only_itself(swept, monkeypatch):
+def test_a_kernel_that_crashes_on_a_timed_run_costs_only_itself(swept):
     """A crash while the kernels are timed in rounds does not say which kernel crashed: the
     runner sends the rest again, one kernel at a time, and only the crashing one is MISSING."""
     out, report = swept
     names = sorted(report["built"])
-    monkeypatch.setenv("TILEDISPATCH_TEST_CRASH_TIMED", names[1])
     job = small_job(names)
-    results = runner.run([job], "cpu", out / "build", timeout=20)
+    results = runner.run([job], "cpu", out / "build", timeout=20, worker_command=fault_worker("--crash-timed", names[1]))
     status = {r["kernel"]: r["status"] for r in results}
     assert status == {names[0]: "OK", names[1]: "MISSING", names[2]: "OK", names[3]: "OK"}
     assert [r for r in results if r["kernel"] == names[1]][0]["error"] == "the worker process died"

@@ -2,7 +2,8 @@
 
 A worker that dies or stops answering costs the kernel it was running (MISSING); a new
 worker takes the rest of the batch. The kernels of one problem are timed in rounds (see
-worker.measure).
+worker.measure). The worker is WORKER_COMMAND unless the caller names another command that
+speaks the same protocol on stdin / stdout (worker_command).
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import subprocess
 import sys
 import threading
 
+WORKER_COMMAND = (sys.executable, "-m", "tiledispatch.tile_engine.worker")
+
 
 class Worker:
-    def __init__(self, device: str, kernels_dir: str):
-        self.device, self.kernels_dir = device, kernels_dir
+    def __init__(self, device: str, kernels_dir: str, command=WORKER_COMMAND):
+        self.device, self.kernels_dir, self.command = device, kernels_dir, list(command)
         self.proc = None
         self.lines = None
 
@@ -25,7 +28,7 @@ class Worker:
         env["TILEDISPATCH_KERNELS_DIR"] = str(self.kernels_dir)
         if self.device not in ("cpu", "inherit"):  # inherit: keep what Ray (or the caller) set
             env["CUDA_VISIBLE_DEVICES"] = self.device
-        self.proc = subprocess.Popen([sys.executable, "-m", "tiledispatch.tile_engine.worker"], env=env,
+        self.proc = subprocess.Popen(self.command, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True)
         self.lines = queue.Queue()
@@ -108,15 +111,16 @@ def devices_for(target: str) -> list:
     return [str(i) for i in range(max(1, device_count()))]
 
 
-def run(jobs, target: str, kernels_dir, timeout: float, on_result=None) -> list:
-    """jobs: batches {"problem", "kernels", ...}; spread over one worker per device."""
+def run(jobs, target: str, kernels_dir, timeout: float, on_result=None, worker_command=WORKER_COMMAND) -> list:
+    """jobs: batches {"problem", "kernels", ...}; spread over one worker per device, each
+    worker a process running worker_command."""
     todo = queue.Queue()
     for job in jobs:
         todo.put(job)
     results, lock = [], threading.Lock()
 
     def device_loop(device):
-        worker = Worker(device, kernels_dir)
+        worker = Worker(device, kernels_dir, worker_command)
         try:
             while True:
                 try:

@@ -20,10 +20,8 @@ The libraries come from TILEDISPATCH_KERNELS_DIR (the sweep's build directory).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -178,10 +176,6 @@ def _prepare(d, case: Case, name: str, warmup: int, verify: bool) -> dict:
     poisoned output, and that output checked against the reference when verifying."""
     from .. import reference
     out = {"kernel": name, "status": "OK", "latency_ms": None, "tflops": None, "max_rel": None}
-    if os.environ.get("TILEDISPATCH_TEST_CRASH") == name:
-        os.abort()  # tests: a kernel that takes the process down
-    if os.environ.get("TILEDISPATCH_TEST_HANG") == name:
-        time.sleep(3600)  # tests: a kernel that never returns
     try:
         if not d.is_supported(case.problem, name):
             out["status"] = "UNSUPPORTED"
@@ -221,8 +215,6 @@ def measure(d, case: Case, names: list, warmup: int, repeat: int, verify: bool, 
     times = {r["kernel"]: [] for r in ready}
     for i in range(max(1, repeat)):
         for r in list(ready):
-            if os.environ.get("TILEDISPATCH_TEST_CRASH_TIMED") == r["kernel"]:
-                os.abort()  # tests: a kernel that takes the process down on a timed run
             try:
                 if case.flush is not None:
                     case.flush()
