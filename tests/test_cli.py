@@ -1,7 +1,11 @@
 """The `tiledispatch` command and gpu_helper: JSON output and exit codes."""
 import json
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +93,37 @@ def test_gpu_helper_is_installed_and_prints_json():
     assert data["kernel"].startswith("gemm_fp32_rcr_")
     proc = subprocess.run([str(helper), "0", "1", "1"], capture_output=True, text=True)
     assert proc.returncode == 2 and "must be positive" in proc.stderr
+
+
+def console_script(name: str) -> Path:
+    """A console script of this environment (the venv's bin folder, or on PATH)."""
+    script = Path(sysconfig.get_path("scripts")) / name
+    if not script.is_file():
+        found = shutil.which(name)
+        if found is None:
+            pytest.skip(f"no {name} console script in {script.parent} or on PATH (pip install . makes one)")
+        script = Path(found)
+    return script
+
+
+def test_the_gpu_helper_console_script_runs_the_installed_binary():
+    """`pip install .` puts gpu_helper on the PATH: it runs _kernels/gpu_helper (here over the
+    cpu GEMM library) with its arguments, exit status and output unchanged."""
+    helper = console_script("gpu_helper")
+    proc = subprocess.run([str(helper), "200", "100", "300", "--validate"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert set(data) == {"problem", "kernel", "execution", "validation", "status"}
+    assert data["problem"] == {"M": 200, "N": 100, "K": 300, "dtype": "fp32"}
+    assert data["status"] == "success" and data["validation"]["accuracy"] == 100.0
+    assert data["kernel"].startswith("gemm_fp32_rcr_")
+    proc = subprocess.run([str(helper), "0", "1", "1"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "must be positive" in proc.stderr
+
+
+def test_the_gpu_helper_console_script_says_when_the_build_made_no_binary(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", "import sys, tiledispatch.cli as c; sys.exit(c.gpu_helper_main())",
+                           "1", "1", "1"], capture_output=True, text=True,
+                          env={**os.environ, "TILEDISPATCH_KERNELS_DIR": str(tmp_path)})
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "this installation has no gpu_helper binary" in proc.stderr

@@ -1,10 +1,13 @@
-"""The `tiledispatch` command (also `python -m tiledispatch`); prints JSON like gpu_helper."""
+"""The `tiledispatch` command (also `python -m tiledispatch`), which prints JSON like gpu_helper,
+and the `gpu_helper` console script."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+from importlib import resources
 
 import numpy as np
 
@@ -202,6 +205,21 @@ def _run_args(p):
     p.add_argument("--target", help="target library (default: the GPU found, else cpu)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up (median)")
     p.add_argument("--seed", type=int, default=0)
+
+
+def gpu_helper_main() -> int:
+    """The `gpu_helper` console script: runs the gpu_helper binary the build installed beside
+    the kernel libraries (the reference system's JSON tool, `gpu_helper M N K [--validate]`,
+    over the first GPU target's GEMM library, the cpu one where no GPU target was built) with
+    this command's arguments, in this process."""
+    entry = kernels_dir() / "gpu_helper"
+    if not entry.is_file():
+        print(f"gpu_helper: this installation has no gpu_helper binary ({entry}): the build makes it only "
+              "where it builds a GEMM library; rebuild with GEMM kernels for a target "
+              "(pip install . -Csetup-args=-Dgpu_targets=cpu,sm_90a)", file=sys.stderr)
+        return 1
+    with resources.as_file(entry) as path:
+        os.execv(path, [str(path), *sys.argv[1:]])  # returns only by raising OSError
 
 
 def main(argv=None) -> int:
