@@ -261,6 +261,18 @@ def test_auto_targets_skip_gpus_this_machine_cannot_build(monkeypatch):
     assert targets.resolve(["cpu", "sm_90a"], messages.append) == ["cpu", "sm_90a"]  # explicit: kept
 
 
+def test_auto_targets_come_from_the_runtimes_gpu_detection(monkeypatch):
+    """The build's `auto` asks tiledispatch._cuda, as the runtime does; GPUs this version
+    does not know are left out."""
+    from tiledispatch import _cuda
+    from tiledispatch.codegen import targets
+    monkeypatch.setattr(_cuda, "device_targets", lambda: ("sm_90a", "sm_75", "gfx942"))
+    assert targets.detect_gpus() == ["sm_90a", "gfx942"]
+    monkeypatch.setattr(_cuda, "device_targets", lambda: ())
+    messages = []
+    assert targets.resolve(["auto"], messages.append) == ["cpu"] and messages == []
+
+
 def sm90_default_configs():
     """Every sm_90a variant the default manifest expands to."""
     return expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs

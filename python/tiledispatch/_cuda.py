@@ -1,5 +1,7 @@
 """Which GPUs this process can see: NVIDIA through the driver API (libcuda), AMD through
-the KFD topology in sysfs; no CUDA or ROCm Python package is imported."""
+the KFD topology in sysfs; no CUDA or ROCm Python package is imported. The one place GPUs are
+detected: the runtime picks its library with it, and the build's `gpu_targets=auto`
+(codegen/targets.py) with it, so this module needs only ctypes and os."""
 from __future__ import annotations
 
 import ctypes

@@ -3,34 +3,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
+from .. import _cuda
 from .model import KNOWN_TARGETS, backend_of
 from .toolchain import cutlass_include_dirs, hip_toolchain
 
 
-def _run(cmd) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def detect_gpus() -> list[str]:
-    """Targets of the GPUs on this machine: sm_XY from nvidia-smi, gfxNNN from rocminfo."""
-    found = []
-    if shutil.which("nvidia-smi"):
-        for line in _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).split():
-            major, _, minor = line.strip().partition(".")
-            if major.isdigit() and minor.isdigit():
-                target = f"sm_{major}{minor}" + ("a" if int(major) >= 9 else "")
-                if target in KNOWN_TARGETS and target not in found:
-                    found.append(target)
-    if shutil.which("rocminfo"):
-        for word in _run(["rocminfo"]).split():
-            if word.startswith("gfx") and word in KNOWN_TARGETS and word not in found:
-                found.append(word)
-    return found
+    """Targets of the GPUs this process sees that this version knows, from tiledispatch._cuda
+    (the CUDA driver API and the KFD topology; the runtime asks it too). CUDA_VISIBLE_DEVICES
+    or HIP_VISIBLE_DEVICES set to '' hides a vendor's GPUs from `auto`."""
+    return [target for target in _cuda.device_targets() if target in KNOWN_TARGETS]
 
 
 def _missing_toolchain(target: str) -> str:
