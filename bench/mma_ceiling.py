@@ -11,8 +11,8 @@ The operands hold zeros: only the issue rate is measured.
     python3 bench/mma_ceiling.py                 (on the GPU machine; nvcc on PATH)
     python3 bench/mma_ceiling.py --compile-only  (CI: compiles, runs nothing)
 
-Used for issue 4's floor target: the grouped 3D problem has 16 output channels a group,
-so its GEMM has N = 16 (bench/RESULTS.md, twenty-fifth session).
+The floor of the grouped 3D convolution: it has 16 output channels a group, so its GEMM
+has N = 16 (bench/RESULTS.md).
 """
 import pathlib
 import subprocess

@@ -18,7 +18,7 @@ TD_OPTION_FLAGS = {"no_tma": "tma", "no_pdl": "pdl", "no_multi_row": "multi_row"
 def pytest_addoption(parser):
     parser.addoption("--td-options", default="", metavar="FLAGS",
                      help="comma-separated, of " + ", ".join(TD_OPTION_FLAGS) +
-                          ": turn those library options off (td.set_options) for the whole session")
+                          ": turn those library options off (td.set_options) for every test of the run")
 
 
 def pytest_configure(config):

@@ -210,8 +210,8 @@ def test_the_cost_model_picks_the_skinny_kernel_for_decode_shapes():
 def test_the_cost_model_picks_the_wide_fp8_tiles_where_they_won():
     """fp8 e4m3 (no tuning table: the cost model picks): the 128x256 tiles, whose mainloop runs
     in N slices, on the large and short-K shapes, 128x192 at 2304^3, and the 64x128 ping-pong
-    tile at 64 rows (bench/RESULTS.md, seventeenth session: 128x256 1.05x cuBLASLt at
-    8192x8192x256, where the ping-pong 64x128 the model chose before ran 0.93x)."""
+    tile at 64 rows (bench/RESULTS.md: 128x256 1.05x cuBLASLt at 8192x8192x256, where the
+    ping-pong 64x128 runs 0.93x)."""
     wide = {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a", "gemm_fp8e4m3_rcr_standard_128x192x128_c1x1_coop_sm90a",
             "gemm_fp8e4m3_rcr_standard_64x128x128_c1x1_pp_sm90a"}
     if not wide <= {k.name for k in kernels()}:

@@ -37,9 +37,9 @@
 // refuses a tensor map; then the threads copy with cp.async. The eight rows one ldmatrix
 // phase reads must sit in different banks: under TMA every tile swizzles each pixel's BC x 2
 // bytes (TMA's 64B / 32B modes); the software copies give a pixel BC x 2 + 16 bytes, an odd
-// count of 16-byte slots. (bwd_weight's TMA boxes took 8 channels more for that padding until
-// the twenty-first session: H200, ResNeXt-101 bwd_weight 62.5 -> 54.4 us swizzled, ResNeXt-50
-// 40.6 -> 36.5, whose smaller stages now fit two buffers at 3 blocks a SM.)
+// count of 16-byte slots. (Swizzled bwd_weight TMA boxes against boxes 8 channels wider for
+// that padding, H200: ResNeXt-101 bwd_weight 54.4 us against 62.5, ResNeXt-50 36.5 against
+// 40.6, whose smaller stages fit two buffers at 3 blocks a SM.)
 #pragma once
 
 #include "cuda/conv_mma.cuh"
@@ -422,7 +422,8 @@ __device__ __forceinline__ BoxWalk tc_output_walk(const TcPlan& pl) {
 // The two walks kept in registers across a block's tiles (Keep), or rebuilt for each tile
 // where the registers are short. bwd_weight keeps them; the forward rebuilds them, since only
 // its software copies (no TMA) use them and kept they cost registers on the TMA path too
-// (before TMA, kept had taken the 8-channel forward 70.0 -> 63.9 us on the H200).
+// (with software copies only, keeping them took the 8-channel forward from 70.0 to 63.9 us
+// on the H200).
 template <bool Keep>
 struct TcWalks {
     BoxWalk in, out;
@@ -471,8 +472,8 @@ __device__ __forceinline__ void tc_load_input(const DeviceGeometry& g, const TcP
 // reaches: 6 MMAs an ldmatrix, where the one-row loop has 2. Results go to the staging tile as
 // the one-row loop writes them (pixel m = row x tw + column, the same swizzle).
 // At 8 channels a virtual group the same loop (A fragments of two filter columns, 5 MMAs an
-// output row) lost on the H200 at every register bound tried (bench/RESULTS.md, twentieth
-// session), so those kernels keep the one-row loop.
+// output row) is slower on the H200 at every register bound measured (bench/RESULTS.md), so
+// those kernels run the one-row loop.
 template <class T, int R>
 __device__ __forceinline__ void tc_fwd_rows(const DeviceGeometry& g, const TcPlan& pl, unsigned tile_s, unsigned w_s,
                                             unsigned zero_s, unsigned char* otile, unsigned sw_mask, int sw_shift,

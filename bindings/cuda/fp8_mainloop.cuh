@@ -21,9 +21,9 @@
 // of 96 columns, or four of 64), a batch per slice, and the two partial sets are slice-sized
 // and alternate by batch: 96 + 2 x 48 or 128 + 2 x 32 registers. The sums are the same (each
 // K tile's partial sum added once, in order), and one batch stays in flight across K tiles.
-// H200 (bench/RESULTS.md, seventeenth session): 128x256 1.01-1.08x cuBLASLt on the large and
-// prefill shapes against 0.95-1.04x for 128x128; kernels.yaml builds 128x256 and 128x192.
-// (The sixteenth session's form drained the last slice of every K tile: 5-9% slower.)
+// H200 (bench/RESULTS.md): 128x256 1.01-1.08x cuBLASLt on the large and prefill shapes
+// against 0.95-1.04x for 128x128; kernels.yaml builds 128x256 and 128x192. (Draining the
+// last slice of every K tile instead is 5-9% slower.)
 //
 // It reuses everything of CUTLASS's fp8 collective (shared-memory layouts, TMA, pipeline,
 // arguments, can_implement) and replaces only the consumer's mma(): a policy type derived

@@ -8,7 +8,7 @@
 // into the registers an mma.sync takes as its A operand (B's rows are the MMA's M), and A's
 // rows as its B operand (the MMA's N), D warp steps in flight. (A TMA ring into shared
 // memory, read in swizzled 16-byte pieces, measured slower on every bf16 decode shape:
-// bench/RESULTS.md, fifteenth session.)
+// bench/RESULTS.md.)
 //
 // The vectors fit the fragments because the sum over k may run in any order, provided both
 // operands use the same one: for m16n8k16, lane (g = lane / 4, c = lane % 4) holds rows g

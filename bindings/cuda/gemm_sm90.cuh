@@ -23,7 +23,7 @@
 
 // Tile N values that are not 64, 128, 192 or 256 (80, 112, 160, 176: bench/sweeps/sm90_ntile.yaml)
 // take one wgmma of the whole N only with CuTe's extended MMA shapes; without them the
-// CollectiveBuilder falls back to 64x16 MMAs. Tiles of the old sizes choose the same MMA
+// CollectiveBuilder falls back to 64x16 MMAs. Tiles of N 64, 128 or 256 choose the same MMA
 // either way (no extended N divides 64, 128 or 256 other than themselves).
 #ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
@@ -137,9 +137,10 @@ struct Sm90Gemm {
 
     // No C operand (ElementC void): beta is always 0 here, and without C the epilogue keeps
     // no shared memory for it (the mainloop gets those stages) and delays its TMA stores.
-    // H200, same process against cuBLAS (bench/RESULTS.md, nineteenth session), the best
-    // kernel per shape: 8192x8192x256 0.962 -> 1.055, 2304^3 0.895 -> 0.944, 1024^3 0.913 ->
-    // 0.950, split-K at 512x512x65536 0.891 -> 0.962; bf16 suite geomean 0.979 -> 1.015.
+    // H200, same process against cuBLAS (bench/RESULTS.md), the best kernel per shape
+    // without C against with it: 8192x8192x256 1.055 against 0.962, 2304^3 0.944 against
+    // 0.895, 1024^3 0.950 against 0.913, split-K at 512x512x65536 0.962 against 0.891; bf16
+    // suite geomean 1.015 against 0.979.
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutC, kAlignKOut, KOut, LayoutC,
@@ -215,7 +216,7 @@ struct Sm90Gemm {
     // split each tile's K over the idle SMs (bench/gemm.py on the H200: 512x512x65536
     // went from 355 TFLOP/s under CUTLASS's heuristic to 500 with 8 splits, 1000^3 from
     // 120 to 130 with 2); otherwise CUTLASS's own stream-K heuristic. Up to 32 splits: at
-    // 256x256x65536 (4 tiles of 128x128) 8 splits ran 0.56x cuBLAS, 32 0.84x (2026-12-01).
+    // 256x256x65536 (4 tiles of 128x128) 8 splits ran 0.56x cuBLAS, 32 0.84x (H200).
     static int auto_splits(const Plan& s, int sms) {
         const int64_t tiles = ((s.M + TM - 1) / TM) * ((s.N + TN - 1) / TN);
         const int64_t iters = (s.K + TK - 1) / TK;
@@ -336,8 +337,8 @@ struct Sm90Gemm {
     // launch is built here: the grid, block and shared memory CUTLASS's run() uses, the
     // cluster shape as a launch attribute.
     // The driver has been seen to refuse that launch (invalid argument) for some cluster
-    // kernels where CUTLASS's own launch of the same parameters works (H200, 2026-12-01:
-    // stream-K deterministic 128x128 c1x2 at 2048^3, the second call); the launch then goes
+    // kernels where CUTLASS's own launch of the same parameters works (H200: stream-K
+    // deterministic 128x128 c1x2 at 2048^3, the second call); the launch then goes
     // through CUTLASS's run(), for that entry from then on. Cause not found.
     static_assert(!(TD_GEMM_GDC && Streamk), "stream-K kernels are not built for programmatic dependent launch");
     static bool pdl() { return TD_GEMM_GDC && pdl_wanted(); }

@@ -201,12 +201,12 @@ def _prepare(d, case: Case, name: str, warmup: int, verify: bool) -> dict:
 def measure(d, case: Case, names: list, warmup: int, repeat: int, verify: bool, say=lambda line: None) -> list:
     """Results of the kernels of one problem, timed in rounds: each round runs every ready
     kernel once (after the L2 flush on a GPU), so that the device's clock and thermal drift
-    fall on all of them alike. Timed one after another, the first kernels of a problem got
-    the GPU that had idled while the problem was made: on the H200 the same 8192^3 kernel
-    ran 680-715 TFLOP/s under load and 760-785 after 200 ms idle (eighteenth session), which
-    put the 256x128 tiles 11% ahead in the tuning table where round-robin timing has them
-    4% behind. say(line) reports progress: {"ready": name} after each kernel's preparation,
-    {"round": i} after each round (the runner's per-line timeout and crash attribution)."""
+    fall on all of them alike. Timed one after another, the first kernels of a problem get
+    the GPU that idled while the problem was made: on the H200 the same 8192^3 kernel runs
+    680-715 TFLOP/s under load and 760-785 after 200 ms idle, which puts the 256x128 tiles
+    11% ahead in a tuning table where round-robin timing has them 4% behind. say(line)
+    reports progress: {"ready": name} after each kernel's preparation, {"round": i} after
+    each round (the runner's per-line timeout and crash attribution)."""
     results = []
     for name in names:
         results.append(_prepare(d, case, name, warmup, verify))
