@@ -1,11 +1,14 @@
 """The libraries' run-time options (TdOptions): td_get_options / td_set_options in C,
 td.options / td.set_options in Python, on the cpu libraries."""
 import ctypes
+import json
+import sys
 
 import pytest
 
 import tiledispatch as td
 from tiledispatch import _ffi
+from tiledispatch.tile_engine import runner
 
 ON = {"tma": True, "pdl": True, "multi_row": True}
 
@@ -76,3 +79,25 @@ def test_the_kernels_run_with_every_option_off(rng, restored):
     b = rng.standard_normal((17, 29), dtype=np.float32)
     td.set_options(tma=False, pdl=False, multi_row=False)
     np.testing.assert_allclose(td.gemm(a, b, target="cpu"), a @ b, rtol=1e-5, atol=1e-5)
+
+
+# A stand-in worker: reports each kernel of a batch with the options the batch carried.
+ECHO_WORKER = ("import json, sys\n"
+               "for line in sys.stdin:\n"
+               "    batch = json.loads(line)\n"
+               "    for name in batch['kernels']:\n"
+               "        print(json.dumps({'ready': name}))\n"
+               "        print(json.dumps({'kernel': name, 'status': 'OK', 'options': batch.get('options')}))\n"
+               "    print(json.dumps({'done': True}), flush=True)\n")
+
+
+def test_the_tile_engines_workers_run_under_the_callers_options(restored, tmp_path):
+    td.set_options(tma=False, pdl=True, multi_row=False)
+    worker = runner.Worker("cpu", tmp_path, [sys.executable, "-c", ECHO_WORKER])
+    try:
+        answers = list(worker.run_batch({"problem": {}, "kernels": ["k"]}, timeout=30))
+        assert [a["options"] for a in answers] == [{"tma": False, "pdl": True, "multi_row": False}]
+        answers = list(worker.run_batch({"problem": {}, "kernels": ["k"], "options": {"pdl": False}}, timeout=30))
+        assert [a["options"] for a in answers] == [{"pdl": False}]  # the batch's own, as given
+    finally:
+        worker.stop()

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 
+from .._options import options
+
 WORKER_COMMAND = (sys.executable, "-m", "tiledispatch.tile_engine.worker")
 
 
@@ -52,7 +54,10 @@ class Worker:
         The worker prepares the kernels in order ({"ready": name} after each), then times
         them in rounds. A crash or a hang while preparing costs the kernel being prepared;
         one while timing (which kernel is not known) sends the rest of the batch again, to
-        be timed one kernel after another, where a crash costs the kernel being timed."""
+        be timed one kernel after another, where a crash costs the kernel being timed.
+        The worker runs the kernels under this process's library options (td.options())
+        unless the batch names others ("options")."""
+        batch = {"options": options(), **batch}
         pending = list(batch["kernels"])
         interleave = batch.get("interleave", True)
         while pending:

@@ -1,8 +1,9 @@
 """A benchmark worker: `python -m tiledispatch.tile_engine.worker`.
 
 Reads one JSON batch per line on stdin — {"target", "problem", "kernels", "warmup",
-"repeat", "verify", "seed", "rotate_mib", "interleave"} — and prints one JSON line per kernel —
-{"kernel", "status", "latency_ms", "tflops", "max_rel"} — then {"done": true}. Before the
+"repeat", "verify", "seed", "rotate_mib", "interleave", "options"} ("options": td.set_options's
+keywords) — and prints one JSON line per kernel — {"kernel", "status", "latency_ms",
+"tflops", "max_rel"} — then {"done": true}. Before the
 results come progress lines: {"ready": name} as each kernel is checked and warmed up,
 {"round": i} after each round of timed runs. With "interleave" (the default) the kernels of
 the problem are timed in rounds, one run of each per round; without it, one after another.
@@ -25,6 +26,7 @@ import sys
 
 import numpy as np
 
+from .._options import set_options
 from .tuning import problem_from
 
 
@@ -238,6 +240,7 @@ def main() -> int:
         if not line.strip():
             continue
         batch = json.loads(line)
+        set_options(**batch.get("options", {}))
         spec = batch["problem"]
         key = (spec["op"], batch["target"])
         if key not in dispatchers:
