@@ -22,7 +22,7 @@ import torch
 
 import tiledispatch as td
 from tiledispatch.codegen import DType
-from tiledispatch.tile_engine import tuning
+from tiledispatch import selection
 
 SHAPES = [
     (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -219,7 +219,7 @@ def main() -> int:
     timer = Timer(args.repeat)
     d = td.Dispatcher("gemm")
     print(f"device {torch.cuda.get_device_name()}, target {d.target}, {len(d.kernels)} kernels", flush=True)
-    tables = tuning.table_paths(d.target)
+    tables = selection.table_paths(d.target)
     print(f"tuning tables: {', '.join(tables) if tables else 'none (the cost model picks)'}", flush=True)
     try:
         host, kernel_us, host_td, host_torch = host_overhead(d)  # first: a cut-short run still has it
@@ -273,7 +273,7 @@ def main() -> int:
             per_kernel = {n: t for n, t in per_kernel.items() if n not in named_only}
             try:
                 pick = d.select(problem)  # tuning tables first (TILEDISPATCH_TUNING, shipped), then the model
-                model = d.lib.name_call(d.lib.td_gemm_select, d._problem(problem))  # the cost model alone
+                model = d.model_select(problem)  # the cost model alone
             except td.UnsupportedProblemError:
                 pick = model = None
             if not per_kernel or pick is None:

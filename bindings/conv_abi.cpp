@@ -38,28 +38,45 @@ double cost_of(const TdConvProblem& p, const ConvGeometry& g, const ConvKernel& 
     return k.cost(k.info, p, g, CostContext{workers});
 }
 
-int ranked(const TdConvProblem* p, const char* name, std::vector<const ConvKernel*>* out) {
+// The cost model's prediction for every kernel of a problem (a well-formed one: check_problem
+// passed, or a tuning table's entry that tuning::to_problem checked).
+auto costs(int workers) {
+    return [workers](const TdConvProblem& q, const ConvKernel& k) {
+        ConvGeometry g{};
+        conv_geometry(q, &g);
+        return cost_of(q, g, k, workers);
+    };
+}
+
+int ranked(const TdConvProblem* p, const char* name, Tables tables, std::vector<const ConvKernel*>* out) {
     ConvGeometry g{};
     if (int s = check_problem(p, &g)) return s;
-    const int workers = device::multiprocessors();
-    auto cost = [&](const ConvKernel& k) { return cost_of(*p, g, k, workers); };
-    return rank(conv_table, conv_table_size, *p, name, cost, out);
+    return rank(conv_table, conv_table_size, *p, name, costs(device::multiprocessors()), tables, out);
+}
+
+// The ranked list for a problem (tuning tables first), through the rank cache; valid until
+// this thread's next call. nullptr with *status set where there is none.
+const std::vector<const ConvKernel*>* ranked_list(const TdConvProblem* p, const char* name, int* status) {
+    static RankCache<ConvKernel> cache;
+    if (!p) return *status = fail(TD_ERROR, "the problem pointer is NULL"), nullptr;
+    return cache.get(*p, name, [&](std::vector<const ConvKernel*>* out) { return ranked(p, name, Tables::read, out); },
+                     status);
 }
 
 int pick(const TdConvProblem* p, const char* name, const ConvKernel** out) {
-    std::vector<const ConvKernel*> list;
-    *out = nullptr;
-    if (int s = ranked(p, name, &list)) return s;
-    *out = list.front();
-    return TD_OK;
+    int status = TD_OK;
+    const std::vector<const ConvKernel*>* list = ranked_list(p, name, &status);
+    *out = list ? list->front() : nullptr;
+    return status;
 }
 
 int run(const TdConvProblem* p, const char* name, const void* in, const void* wei, void* out, void* ws,
         size_t ws_bytes, void* stream, float* time_ms) {
-    std::vector<const ConvKernel*> list;
-    if (int s = ranked(p, name, &list)) return s;
+    int status = TD_OK;
+    const std::vector<const ConvKernel*>* list = ranked_list(p, name, &status);
+    if (!list) return status;
     if (!in || !wei || !out) return fail(TD_ERROR, "input, weight and output must not be NULL");
-    return run_first_accepting(list, stream, time_ms,
+    return run_first_accepting(*list, stream, time_ms,
                                [&](const ConvKernel* k) { return k->run(*p, in, wei, out, ws, ws_bytes, stream); });
 }
 
@@ -149,6 +166,23 @@ TD_API int td_conv_select(const TdConvProblem* p, char* name, size_t size) {
         const ConvKernel* k = nullptr;
         if (int s = pick(p, nullptr, &k)) return s;
         return copy_name(k->info.name, name, size);
+    });
+}
+
+TD_API int td_conv_tuned(const TdConvProblem* p, char* name, size_t size) {
+    return guarded([&]() -> int {
+        ConvGeometry g{};
+        if (int s = check_problem(p, &g)) return s;
+        const ConvKernel* k = tuned_pick(conv_table, conv_table_size, *p, costs(device::multiprocessors()));
+        return copy_name(k ? k->info.name : "", name, size);
+    });
+}
+
+TD_API int td_conv_model_select(const TdConvProblem* p, char* name, size_t size) {
+    return guarded([&]() -> int {
+        std::vector<const ConvKernel*> list;
+        if (int s = ranked(p, nullptr, Tables::ignore, &list)) return s;
+        return copy_name(list.front()->info.name, name, size);
     });
 }
 

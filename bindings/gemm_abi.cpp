@@ -1,9 +1,6 @@
 // The GEMM library's C ABI: the reference system's dispatcher_* functions and td_gemm_*.
 #include <algorithm>
-#include <array>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -62,85 +59,39 @@ double cost_of(const TdGemmProblem& p, const GemmKernel& k, int workers) {
     return k.cost(k.info, p, CostContext{workers});
 }
 
-int ranked(const TdGemmProblem* p, const char* name, std::vector<const GemmKernel*>* out) {
+// The cost model's prediction for every kernel of a problem (check_problem passed).
+auto costs(int workers) {
+    return [workers](const TdGemmProblem& q, const GemmKernel& k) { return cost_of(q, k, workers); };
+}
+
+int ranked(const TdGemmProblem* p, const char* name, Tables tables, std::vector<const GemmKernel*>* out) {
     if (int s = check_problem(p)) return s;
-    const int workers = device::multiprocessors();
-    auto cost = [&](const GemmKernel& k) { return cost_of(*p, k, workers); };
-    return rank(gemm_table, gemm_table_size, *p, name, cost, out);
+    return rank(gemm_table, gemm_table_size, *p, name, costs(device::multiprocessors()), tables, out);
 }
 
-// Ranked lists of recent problems (selection is deterministic, so a repeated problem
-// skips the ranking): keyed by every field that selection reads.
-struct RankCache {
-    std::mutex lock;
-    std::map<std::array<int64_t, 10>, std::vector<const GemmKernel*>> entries;
-};
-
-std::array<int64_t, 10> cache_key(const TdGemmProblem& p) {
-    return {p.M, p.N, p.K, p.dtype, p.layout, p.lda, p.ldb, p.ldc, p.splits, device::multiprocessors()};
-}
-
-int ranked_cached(const TdGemmProblem* p, std::vector<const GemmKernel*>* out) {
-    static RankCache cache;
-    if (!p) return ranked(p, nullptr, out);
-    const auto key = cache_key(*p);
-    {
-        std::lock_guard<std::mutex> guard(cache.lock);
-        auto it = cache.entries.find(key);
-        if (it != cache.entries.end()) {
-            *out = it->second;
-            return TD_OK;
-        }
-    }
-    if (int s = ranked(p, nullptr, out)) return s;
-    std::lock_guard<std::mutex> guard(cache.lock);
-    if (cache.entries.size() > 4096) cache.entries.clear();
-    cache.entries.emplace(key, *out);
-    return TD_OK;
+// The ranked list for a problem (tuning tables first), through the rank cache; valid until
+// this thread's next call. nullptr with *status set where there is none.
+const std::vector<const GemmKernel*>* ranked_list(const TdGemmProblem* p, const char* name, int* status) {
+    static RankCache<GemmKernel> cache;
+    if (!p) return *status = fail(TD_ERROR, "the problem pointer is NULL"), nullptr;
+    TdGemmProblem key = *p;
+    key.alpha = 0.0f;  // no selection reads it: per-call scales (fp8) share one entry
+    return cache.get(key, name, [&](std::vector<const GemmKernel*>* out) { return ranked(p, name, Tables::read, out); },
+                     status);
 }
 
 int pick(const TdGemmProblem* p, const char* name, const GemmKernel** out) {
-    std::vector<const GemmKernel*> list;
-    *out = nullptr;
-    if (int s = (name && *name) ? ranked(p, name, &list) : ranked_cached(p, &list)) return s;
-    *out = list.front();
-    return TD_OK;
-}
-
-// This thread's last ranked list, with the problem and kernel name it was made for: a
-// loop that runs one problem again skips the checks, the shared cache's lock and the
-// list's copy. Compared byte for byte, so a problem differing anywhere (padding included)
-// is ranked again.
-struct LastRanked {
-    bool valid = false;
-    int workers = 0;  // the current GPU's SM count, which the ranking reads
-    TdGemmProblem p{};
-    std::string name;
-    std::vector<const GemmKernel*> list;
-};
-
-const std::vector<const GemmKernel*>* ranked_last(const TdGemmProblem* p, const char* name, int* status) {
-    static thread_local LastRanked last;
-    name = name ? name : "";
-    *status = TD_OK;
-    const int workers = device::multiprocessors();
-    if (p && last.valid && last.workers == workers && std::memcmp(&last.p, p, sizeof(TdGemmProblem)) == 0 &&
-        last.name == name)
-        return &last.list;
-    last.valid = false;
-    if ((*status = *name ? ranked(p, name, &last.list) : ranked_cached(p, &last.list))) return nullptr;
-    last.p = *p;
-    last.workers = workers;
-    last.name = name;
-    last.valid = true;
-    return &last.list;
+    int status = TD_OK;
+    const std::vector<const GemmKernel*>* list = ranked_list(p, name, &status);
+    *out = list ? list->front() : nullptr;
+    return status;
 }
 
 // Runs on device pointers.
 int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, void* ws,
         size_t ws_bytes, void* stream, float* time_ms) {
     int status = TD_OK;
-    const std::vector<const GemmKernel*>* list = ranked_last(p, name, &status);
+    const std::vector<const GemmKernel*>* list = ranked_list(p, name, &status);
     if (!list) return status;
     if (!a || !b || !c) return fail(TD_ERROR, "A, B and C must not be NULL");
     return run_first_accepting(*list, stream, time_ms,
@@ -234,6 +185,22 @@ TD_API int td_gemm_select(const TdGemmProblem* p, char* name, size_t size) {
         const GemmKernel* k = nullptr;
         if (int s = pick(p, nullptr, &k)) return s;
         return copy_name(k->info.name, name, size);
+    });
+}
+
+TD_API int td_gemm_tuned(const TdGemmProblem* p, char* name, size_t size) {
+    return guarded([&]() -> int {
+        if (int s = check_problem(p)) return s;
+        const GemmKernel* k = tuned_pick(gemm_table, gemm_table_size, *p, costs(device::multiprocessors()));
+        return copy_name(k ? k->info.name : "", name, size);
+    });
+}
+
+TD_API int td_gemm_model_select(const TdGemmProblem* p, char* name, size_t size) {
+    return guarded([&]() -> int {
+        std::vector<const GemmKernel*> list;
+        if (int s = ranked(p, nullptr, Tables::ignore, &list)) return s;
+        return copy_name(list.front()->info.name, name, size);
     });
 }
 

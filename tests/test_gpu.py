@@ -2,6 +2,7 @@
 there is no GPU, no torch, or no library for the GPU; run by bench/gpu_run.sh on the H200.
 
 The reference is torch in float64 on the GPU, on the same quantized inputs."""
+import json
 import math
 
 import numpy as np
@@ -202,9 +203,60 @@ def test_the_cost_model_picks_the_skinny_kernel_for_decode_shapes():
         for M, N, K, family in ((16, 6144, 4096, "skinny"), (1, 4096, 4096, "skinny"), (16, 28672, 4096, "skinny"),
                                 (32, 8192, 8192, "cutlass"), (128, 4096, 14336, "cutlass")):
             problem = td.GemmProblem(M, N, K, dtype, "rcr")
-            model = d.lib.name_call(d.lib.td_gemm_select, d._problem(problem))
+            model = d.model_select(problem)
             assert td.codegen.config_from_name(model).knobs.algorithm == family, (dtype, M, N, K, model)
             assert td.codegen.config_from_name(d.select(problem)).knobs.algorithm == family, (dtype, M, N, K)
+
+
+def test_a_table_does_not_speak_for_a_kernel_family_it_never_measured(tmp_path, monkeypatch):
+    """Through the library's selection, with its cost model: a table of CUTLASS kernels keeps
+    its pick among them (though the model ranks another of them first); a kernel of a family
+    no entry lists (the skinny decode GEMM; split-K, a family of its own though CUTLASS) takes
+    the problem where the cost model predicts it faster than the table's pick, a stream-K
+    kernel (the table's family) does not. fp16 through the bf16 entries alike."""
+    cut1 = "gemm_bf16_rcr_standard_64x128x64_c1x1_pp_sm90a"
+    cut2 = "gemm_bf16_rcr_standard_128x256x64_c2x1_coop_sm90a"
+    skinny = "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a"
+    split = "gemm_bf16_rcr_splitk_128x128x64_c1x1_coop_sm90a"
+    streamk = "gemm_bf16_rcr_streamk_atomic_128x128x64_c1x1_coop_sm90a"
+    configs = {k.name: k for k in kernels()}
+    if not {n.replace("_bf16_", f"_{t}_") for n in (cut1, cut2, skinny, split, streamk) for t in ("bf16", "fp16")} \
+            <= set(configs):
+        pytest.skip("this build lacks the kernels of the table")
+    measured = {(16, 6144, 4096): [cut2, cut1], (8192, 8192, 256): [cut1, cut2], (512, 512, 65536): [cut2, cut1]}
+    table = {"schema_version": 1, "target": GPU, "entries": [
+        {"problem": {"op": "gemm", "M": M, "N": N, "K": K, "dtype": "bf16", "layout": "rcr"}, "kernels": names,
+         "latency_ms": [0.02, 0.03]} for (M, N, K), names in measured.items()]}
+    path = tmp_path / "families.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    d = td.Dispatcher("gemm", GPU)
+    family = lambda name: (configs[name].family, configs[name].variant is GemmVariant.SPLIT_K)  # noqa: E731
+    known = {family(cut1), family(cut2)}
+
+    def expected(q, table_pick):
+        """The table's pick, unless a kernel of a family it never measured is modelled faster."""
+        choice, base = table_pick, d.cost(q, table_pick)
+        for name in sorted(configs):
+            if configs[name].named_only or family(name) in known or not d.is_supported(q, name):
+                continue
+            if d.cost(q, name) < base:
+                choice, base = name, d.cost(q, name)
+        return choice
+
+    q = td.GemmProblem(8192, 8192, 256, "bf16")
+    assert d.cost(q, cut2) < d.cost(q, cut1)  # the model would take cut2
+    assert d.select(q) == expected(q, cut1) == cut1  # measured: the table's best
+    for dtype in ("bf16", "fp16"):
+        q = td.GemmProblem(16, 6144, 4096, dtype)
+        pick = d.select(q)
+        assert pick == expected(q, cut2.replace("_bf16_", f"_{dtype}_"))
+        assert configs[pick].family == "skinny" and configs[pick].dtype.key == dtype, pick
+    q = td.GemmProblem(512, 512, 65536, "bf16")
+    assert d.cost(q, streamk) < d.cost(q, cut2) and family(streamk) in known
+    pick = d.select(q)
+    assert pick == expected(q, cut2) and configs[pick].variant is GemmVariant.SPLIT_K, pick
 
 
 def test_the_cost_model_picks_the_wide_fp8_tiles_where_they_won():

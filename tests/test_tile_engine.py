@@ -2,7 +2,11 @@
 isolated workers (a crash and a hang cost one kernel each), CSV/JSON/tuning outputs, and
 the dispatcher reading a tuning table."""
 import csv
+import ctypes
+import functools
 import json
+import math
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -11,8 +15,11 @@ import numpy as np
 import pytest
 
 import tiledispatch as td
+from tiledispatch import _ffi, selection
+from tiledispatch.codegen import GemmVariant
 from tiledispatch.codegen.yamlsrc import ManifestError
-from tiledispatch.tile_engine import runner
+from tiledispatch.selection import problem_from, problem_spec
+from tiledispatch.tile_engine import runner, tuning
 from tiledispatch.tile_engine.bench import load_problems, run_bench
 from tiledispatch.tile_engine.sweep import expand_sweep
 
@@ -185,6 +192,7 @@ def test_the_worker_times_the_kernels_of_a_problem_in_rounds():
 
 
 def test_the_dispatcher_reads_a_tuning_table_nearest_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
     d = td.Dispatcher("gemm", "cpu")
     problem = td.GemmProblem(2048, 2048, 2048)
     model_pick = d.select(problem)
@@ -203,14 +211,15 @@ def test_the_dispatcher_reads_a_tuning_table_nearest_first(tmp_path, monkeypatch
         assert d.select(problem) == other  # nearest entry; its unknown kernel skipped
     assert any("gemm_fp32_rcr_standard_8x16x8_r4x8_cpu" in str(w.message) for w in caught)
     assert d.select(td.GemmProblem(20, 20, 20)) == model_pick
-    assert d.select(td.GemmProblem(20, 20, 20, "bf16")) == td.Dispatcher("gemm", "cpu").lib.name_call(
-        d.lib.td_gemm_select, d._problem(td.GemmProblem(20, 20, 20, "bf16")))  # no bf16 entry: the model
+    bf16 = td.GemmProblem(20, 20, 20, "bf16")
+    assert d.tuned(bf16) is None and d.select(bf16) == d.model_select(bf16)  # no bf16 entry: the model
 
 
 def test_fp16_and_bf16_stand_in_for_each_other_in_tuning_tables(tmp_path, monkeypatch):
     """A table with bf16 entries only serves fp16 problems through the fp16 twins of its
     kernels (and the other way round); fp32 borrows nothing."""
     monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
     d = td.Dispatcher("gemm", "cpu")
     q = td.GemmProblem(512, 512, 512, "fp16")
     fp16 = [k.name for k in d.kernels if k.dtype.key == "fp16" and k.layout.key == "rcr" and d.is_supported(q, k.name)]
@@ -227,14 +236,14 @@ def test_fp16_and_bf16_stand_in_for_each_other_in_tuning_tables(tmp_path, monkey
     assert d.select(q) == other
     assert d.select(td.GemmProblem(512, 512, 512, "bf16")) == twin
     fp32 = td.GemmProblem(512, 512, 512)
-    assert d.select(fp32) == d.lib.name_call(d.lib.td_gemm_select, d._problem(fp32))  # no stand-in for fp32
+    assert d.select(fp32) == d.model_select(fp32)  # no stand-in for fp32
 
 
 def test_the_calibrated_pick_scales_the_cost_model_by_the_nearest_measurements(tmp_path, monkeypatch):
     """Between entries: the cost model times each kernel's measured/model ratio at the
     nearest entries. At an entry: its measured ranking."""
-    from tiledispatch.tile_engine.tuning import problem_spec
     monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
     d = td.Dispatcher("gemm", "cpu")
     q = td.GemmProblem(1000, 1000, 1000)
     names = sorted((k.name for k in d.kernels if k.dtype.key == "fp32" and k.layout.key == "rcr"
@@ -259,36 +268,202 @@ def test_the_calibrated_pick_scales_the_cost_model_by_the_nearest_measurements(t
     assert d.cost(td.GemmProblem(8, 8, 8, "bf16"), runner_up) is None  # an fp32 kernel rejects bf16
 
 
-def test_a_table_does_not_speak_for_a_kernel_family_it_never_measured(tmp_path, monkeypatch):
-    """A table of CUTLASS kernels keeps its pick among them; a kernel of a family no entry
-    lists (the skinny decode GEMM) takes the problem where the cost model predicts it
-    faster than the table's choice. fp16 through the bf16 entries alike."""
-    from tiledispatch.tile_engine import tuning
-    cut1 = "gemm_bf16_rcr_standard_64x128x64_c1x1_pp_sm90a"
-    cut2 = "gemm_bf16_rcr_standard_128x256x64_c2x1_coop_sm90a"
-    skinny = "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a"
-    table = {"schema_version": 1, "target": "sm_90a", "entries": [
-        {"problem": {"op": "gemm", "M": 16, "N": 6144, "K": 4096, "dtype": "bf16", "layout": "rcr"},
-         "kernels": [cut2, cut1], "latency_ms": [0.02, 0.03]}]}
-    path = tmp_path / "families.json"
+# ---- the pick as bindings/tuning.hpp specifies it, in Python: the reference the library's
+# pick is compared with (test_the_library_picks_as_the_spec_says).
+NEIGHBOURS, ALPHA = 6, 0.25
+STAND_IN = {"fp16": "bf16", "bf16": "fp16"}
+
+
+def _kind(spec):
+    if spec["op"] == "gemm":
+        return ("gemm", spec.get("dtype", "fp32"), spec.get("layout", "rcr"))
+    return ("conv", spec.get("dtype", "fp32"), spec.get("direction", "fwd"), len(spec["input"]))
+
+
+def _sizes(spec):
+    if spec["op"] == "gemm":
+        return (spec["M"], spec["N"], spec["K"])
+    return (spec["N"] * spec["G"], spec["C"], spec["K"], math.prod(spec["input"]), math.prod(spec["filter"]))
+
+
+def _sum(values):
+    """Floats summed as Python 3.12+ sum() sums them (Neumaier's compensated summation), as
+    the library sums distances."""
+    total, c = 0.0, 0.0
+    for x in values:
+        t = total + x
+        c += (total - t) + x if abs(total) >= abs(x) else (x - t) + total
+        total = t
+    return total + c if c and math.isfinite(c) else total
+
+
+def spec_pick(d, problem, tables):
+    """The tables' kernel for a problem (None: none): `tables` the parsed tables, in order."""
+    spec = problem_spec(problem)
+    kind = _kind(spec)
+    serving = [e for t in tables for e in t["entries"] if _kind(e["problem"]) == kind]
+    twin = STAND_IN.get(spec["dtype"]) if not serving else None
+    if twin:
+        serving = [dict(e, problem=dict(e["problem"], dtype=spec["dtype"]),
+                        kernels=[n.replace(f"_{twin}_", f"_{spec['dtype']}_", 1) for n in e["kernels"]])
+                   for t in tables for e in t["entries"] if _kind(e["problem"]) == kind[:1] + (twin,) + kind[2:]]
+    kernels = {k.name: k for k in d.kernels}
+    registered = {n for n, k in kernels.items() if not k.named_only}
+    supports = functools.lru_cache(maxsize=None)(lambda n: d.is_supported(problem, n))
+    here = functools.lru_cache(maxsize=None)(lambda n: d.cost(problem, n) if supports(n) else None)
+    distance = lambda e: _sum(abs(math.log(x / y)) for x, y in zip(_sizes(spec), _sizes(e["problem"])))  # noqa: E731
+    near = sorted(((distance(e), i, e) for i, e in enumerate(serving)), key=lambda n: n[:2])[:NEIGHBOURS]
+    if not near:
+        return None
+    if near[0][0] == 0 or any("latency_ms" not in e for _, _, e in near):
+        choice = next((n for n in near[0][2]["kernels"] if n in registered and supports(n)), None)
+    else:
+        scores = {}
+        for dist, _, e in near:
+            w = 1.0 / (dist + 0.05)
+            timed = [(n, ms) for n, ms in zip(e["kernels"], e["latency_ms"]) if ms and ms > 0]
+            if not timed:
+                continue
+            fastest = min(ms for _, ms in timed)
+            at = problem_from(e["problem"])
+            for name, ms in timed:
+                if name not in registered or not here(name) or here(name) <= 0:
+                    continue
+                there = d.cost(at, name)
+                if not there or there <= 0:
+                    continue
+                acc = scores.setdefault(name, [0.0, 0.0])
+                acc[0] += w * (math.log(ms / fastest) + ALPHA * math.log(here(name) / there))
+                acc[1] += w
+        choice = min(sorted(scores), key=lambda n: scores[n][0] / scores[n][1]) if scores else None
+    if choice is None:
+        return None
+    family = lambda n: (kernels[n].family, getattr(kernels[n], "variant", None) is GemmVariant.SPLIT_K)  # noqa: E731
+    known = {family(n) for e in serving for n in e["kernels"] if n in kernels}
+    base = here(choice)
+    for name in sorted(registered):
+        if family(name) not in known and supports(name) and here(name) < base:
+            choice, base = name, here(name)
+    return choice
+
+
+def test_the_library_picks_as_the_spec_says(tmp_path, monkeypatch):
+    """The library's pick (td_gemm_tuned, the same one select ranks first) equals the Python
+    reference above on a cpu table with latencies (and one entry without), between entries,
+    at one, and for fp16 through bf16 entries."""
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    d = td.Dispatcher("gemm", "cpu")
+    rng = np.random.default_rng(7)
+    sizes = [24, 64, 100, 256, 300, 512, 777, 1024]
+    entries = []
+    for dtype in ("fp32", "bf16"):
+        names = [k.name for k in d.kernels if k.dtype.key == dtype and k.layout.key == "rcr"]
+        for _ in range(10):
+            p = td.GemmProblem(*(int(v) for v in rng.choice(sizes, 3)), dtype)
+            ms = {n: d.cost(p, n) * rng.uniform(0.3, 3.0) * 1e-9 for n in names if d.is_supported(p, n)}
+            ranked = sorted(ms, key=ms.get)
+            entries.append({"problem": problem_spec(p), "kernels": ranked, "latency_ms": [ms[n] for n in ranked]})
+    tables = [{"schema_version": 1, "target": "cpu", "entries": entries}]
+    path = tmp_path / "timed.json"
+    path.write_text(json.dumps(tables[0]))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    queries = [problem_from(e["problem"]) for e in entries[:3]]
+    queries += [td.GemmProblem(*(int(v) + int(o) for v, o in zip(rng.choice(sizes, 3), rng.integers(0, 50, 3))),
+                               dtype) for dtype in ("fp32", "bf16", "fp16") for _ in range(8)]
+    picks = {q: d.tuned(q) for q in queries}
+    assert all(picks.values())
+    assert picks == {q: spec_pick(d, q, tables) for q in queries}
+    assert len(set(picks.values())) > 3  # not one kernel for everything
+    assert all(d.select(q) == pick for q, pick in picks.items())
+    # an entry without latencies: the nearest entry's ranking
+    untimed = dict(entries[0], problem=dict(entries[0]["problem"], M=2000))
+    del untimed["latency_ms"]
+    tables = [{"schema_version": 1, "target": "cpu", "entries": entries + [untimed]}]
+    path = tmp_path / "untimed.json"
+    path.write_text(json.dumps(tables[0]))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    q = td.GemmProblem(1900, entries[0]["problem"]["N"], entries[0]["problem"]["K"])
+    assert d.tuned(q) == spec_pick(d, q, tables) == next(n for n in untimed["kernels"] if d.is_supported(q, n))
+    # two entries at one distance in exact arithmetic (64 -> 128 and 28672 -> 32768 against
+    # 28672 -> 65536): summed as the spec sums, they tie and the first entry is the nearest
+    q = td.GemmProblem(64, 96, 28672)
+    first, second = [k.name for k in d.kernels if k.dtype.key == "fp32" and k.layout.key == "rcr"
+                     and d.is_supported(q, k.name)][:2]
+    tables = [{"schema_version": 1, "target": "cpu", "entries": [
+        {"problem": {"op": "gemm", "M": 128, "N": 256, "K": 32768}, "kernels": [first]},
+        {"problem": {"op": "gemm", "M": 64, "N": 256, "K": 65536}, "kernels": [second]}]}]
+    path = tmp_path / "tie.json"
+    path.write_text(json.dumps(tables[0]))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    assert d.tuned(q) == spec_pick(d, q, tables) == first
+
+
+def test_a_c_abi_caller_gets_the_tables_pick(tmp_path, monkeypatch):
+    """dispatcher_select_kernel and conv_dispatcher_select_kernel (the reference system's
+    functions, called through ctypes as a C program would) rank the tables' pick first, and
+    read the environment at the call: the pick follows TILEDISPATCH_TUNING as it changes."""
+    monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    gemm, conv = td.Dispatcher("gemm", "cpu"), td.Dispatcher("conv", "cpu")
+    buf = ctypes.create_string_buffer(256)
+
+    def gemm_pick(M, N, K):
+        assert gemm.lib.dispatcher_select_kernel(M, N, K, buf, 256) == 0
+        return buf.value.decode()
+
+    legacy = _ffi.ConvProblemC(2, 2, 4, 4, 1, 9, 9, 1, 3, 3, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0)
+
+    def conv_pick():
+        assert conv.lib.conv_dispatcher_select_kernel(ctypes.byref(legacy), buf, 256) == 0
+        return buf.value.decode()
+
+    model_gemm, model_conv = gemm_pick(300, 200, 100), conv_pick()
+    cp = td.ConvProblem(2, 2, 4, 4, (9, 9), (3, 3), 1, 1, 1, "fwd")
+    assert model_gemm == gemm.model_select(td.GemmProblem(300, 200, 100)) and model_conv == conv.model_select(cp)
+    other_gemm = next(k.name for k in gemm.kernels if k.dtype.key == "fp32" and k.layout.key == "rcr"
+                      and k.name != model_gemm)
+    # the cpu library has one kernel per conv kind: the table names it, td_conv_tuned shows it read
+    other_conv = model_conv
+    assert conv.tuned(cp) is None
+    table = {"schema_version": 1, "target": "cpu", "entries": [
+        {"problem": {"op": "gemm", "M": 300, "N": 200, "K": 100}, "kernels": [other_gemm], "latency_ms": [1.0]},
+        {"problem": problem_spec(cp), "kernels": [other_conv], "latency_ms": [1.0]}]}
+    path = tmp_path / "abi.json"
     path.write_text(json.dumps(table))
     monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
-    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    assert gemm_pick(300, 200, 100) == other_gemm and conv_pick() == other_conv == conv.tuned(cp)
+    monkeypatch.delenv("TILEDISPATCH_TUNING")
+    assert gemm_pick(300, 200, 100) == model_gemm and conv_pick() == model_conv and conv.tuned(cp) is None
 
-    def pick(problem, costs):
-        return tuning.pick("sm_90a", problem, set(costs), lambda name: True, lambda q, name: costs[name])
-    q = td.GemmProblem(16, 6144, 4096, "bf16")
-    assert pick(q, {cut1: 10.0, cut2: 20.0}) == cut2                # measured: the table's best
-    assert pick(q, {cut1: 10.0, cut2: 20.0, skinny: 15.0}) == skinny  # modelled faster than cut2
-    assert pick(q, {cut1: 10.0, cut2: 20.0, skinny: 25.0}) == cut2
-    twin = {n.replace("_bf16_", "_fp16_"): c for n, c in {cut1: 10.0, cut2: 20.0, skinny: 15.0}.items()}
-    assert pick(td.GemmProblem(16, 6144, 4096, "fp16"), twin) == skinny.replace("_bf16_", "_fp16_")
-    # split-K is a family of its own though its algorithm is cutlass (a table measured before
-    # it existed never ranked it); a stream-K kernel is one of the table's family
-    split = "gemm_bf16_rcr_splitk_128x128x64_c1x1_coop_sm90a"
-    streamk = "gemm_bf16_rcr_streamk_atomic_128x128x64_c1x1_coop_sm90a"
-    assert pick(q, {cut1: 10.0, cut2: 20.0, split: 15.0}) == split
-    assert pick(q, {cut1: 10.0, cut2: 20.0, streamk: 15.0}) == cut2
+
+@pytest.mark.parametrize("text, why", [
+    ('{"schema_version": 1, "target": "cpu", "entries": [', "not JSON: line 1 column 52"),
+    ('{"schema_version": 1, "target": "cpu", "entries": [],}', "not JSON"),
+    ("\x00\xff garbage", "not JSON"),
+    ("[" * 100000, "nested deeper than"),
+    ('{"schema_version": 2, "target": "cpu", "entries": []}', "schema 2, expected 1"),
+    ('{"schema_version": 1, "target": "sm_90a", "entries": []}', "measured for target sm_90a"),
+    ('{"schema_version": 1, "target": "cpu", "entries": [{"problem": {"op": "gemm", "M": 0, "N": 1, "K": 1}, '
+     '"kernels": []}]}', "entry 0: gemm problem without positive integer M, N and K"),
+    ('{"schema_version": 1, "target": "cpu", "entries": [{"problem": {"op": "gemm", "M": 8, "N": 8, "K": 8}, '
+     '"kernels": [1]}]}', "entry 0: a kernel name is not a string"),
+    ('{"schema_version": 1, "target": "cpu", "entries": [{"problem": {"op": "conv", "N": 1, "G": 1, "C": 1, '
+     '"K": 1, "input": [4, 4], "filter": [3]}, "kernels": []}]}', "entry 0: filter is not a list of 2 sizes"),
+    (None, "cannot open it"),
+])
+def test_a_malformed_table_warns_and_the_model_picks(tmp_path, monkeypatch, text, why):
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    d = td.Dispatcher("gemm", "cpu")
+    q = td.GemmProblem(64, 64, 64)
+    path = tmp_path / "bad.json"
+    if text is not None:
+        path.write_bytes(text.encode("latin-1"))
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(path))
+    with pytest.warns(RuntimeWarning) as caught:
+        pick = d.select(q)
+    assert pick == d.model_select(q)
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith(f"tuning table {path} ignored: ") and why in m for m in messages), messages
 
 
 @pytest.mark.parametrize("op, problem", [
@@ -298,31 +473,55 @@ def test_a_table_does_not_speak_for_a_kernel_family_it_never_measured(tmp_path, 
 def test_the_exported_cost_model_ranks_as_the_library_selects(op, problem, monkeypatch):
     """td_gemm_cost / td_conv_cost: the prediction selection ranks by (no tables here)."""
     monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
     d = td.Dispatcher(op, "cpu")
     costs = {k.name: d.cost(problem, k.name) for k in d.kernels}
     ok = {n: c for n, c in costs.items() if c is not None}
     assert ok and all(c > 0 for c in ok.values())
     assert all(d.is_supported(problem, n) == (n in ok) for n in costs)
-    assert d.select(problem) == min(sorted(ok), key=ok.get)
+    assert d.select(problem) == d.model_select(problem) == min(sorted(ok), key=ok.get)
     with pytest.raises(td.UnsupportedProblemError):
         d.cost(problem, "no_such_kernel")
 
 
 def test_shipped_tables_are_read_unless_switched_off(tmp_path, monkeypatch):
-    from tiledispatch.tile_engine import tuning
+    """The shipped table is the tuning_<target>.json beside the library file: a copy of the
+    cpu library with a table beside it picks from that table, and not once
+    TILEDISPATCH_NO_SHIPPED_TUNING=1 switches shipped tables off."""
+    d = td.Dispatcher("gemm", "cpu")
+    q = td.GemmProblem(8, 8, 8)
+    monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    model_pick = d.select(q)
+    other = next(k.name for k in d.kernels if k.dtype.key == "fp32" and k.layout.key == "rcr"
+                 and d.is_supported(q, k.name) and k.name != model_pick)
     table = {"schema_version": 1, "target": "cpu", "entries": [
         {"problem": {"op": "gemm", "M": 8, "N": 8, "K": 8, "dtype": "fp32", "layout": "rcr"},
-         "kernels": ["a", "b"], "latency_ms": [1.0, 2.5]}]}
+         "kernels": [other, model_pick], "latency_ms": [1.0, 2.5]}]}
     text = tuning.dumps(table)
     assert json.loads(text) == table and len(text.splitlines()) == 3  # one line per entry
     (tmp_path / "tuning_cpu.json").write_text(text)
-    monkeypatch.setenv("TILEDISPATCH_KERNELS_DIR", str(tmp_path))  # where the shipped tables live
-    monkeypatch.delenv("TILEDISPATCH_TUNING", raising=False)
-    monkeypatch.delenv("TILEDISPATCH_NO_SHIPPED_TUNING", raising=False)
-    assert tuning.table_paths("cpu") == (str(tmp_path / "tuning_cpu.json"),)
-    assert tuning.table_paths("sm_90a") == ()
+    copy = tmp_path / Path(d.lib.path).name
+    shutil.copyfile(d.lib.path, copy)
+    lib = ctypes.CDLL(str(copy))  # C's view: the table beside this file is its shipped one
+    lib.td_gemm_select.argtypes = [ctypes.POINTER(_ffi.TdGemmProblem), ctypes.c_char_p, ctypes.c_size_t]
+    buf = ctypes.create_string_buffer(256)
+
+    def pick():
+        assert lib.td_gemm_select(ctypes.byref(q.to_c()), buf, 256) == 0
+        return buf.value.decode()
+    assert pick() == model_pick
+    monkeypatch.delenv("TILEDISPATCH_NO_SHIPPED_TUNING")
+    assert pick() == other
     monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
-    assert tuning.table_paths("cpu") == ()
+    assert pick() == model_pick
+    # Python's view (for display) of the same tables: the installation's _kernels folder
+    monkeypatch.setenv("TILEDISPATCH_KERNELS_DIR", str(tmp_path))
+    monkeypatch.delenv("TILEDISPATCH_NO_SHIPPED_TUNING")
+    assert selection.table_paths("cpu") == (str(tmp_path / "tuning_cpu.json"),)
+    assert selection.table_paths("sm_90a") == ()
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    assert selection.table_paths("cpu") == ()
 
 
 def test_the_shipped_h200_table_names_only_default_manifest_kernels():

@@ -4,12 +4,10 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import os
 
 import numpy as np
 
-from . import _ffi
-from .tile_engine import tuning
+from . import _ffi, selection
 from ._registry import registry
 from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype,
                      torch_dtype)
@@ -78,9 +76,8 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
 
 
 _TORCH_FAST: dict = {}
-_FAST: dict = {}    # (the tensors' metadata, alpha, tuning environment) -> _FastEntry or False
+_FAST: dict = {}    # (the tensors' metadata, alpha) -> the cached part of a _torch_fast call, or False
 _TENSOR = None      # torch.Tensor, once a caller has passed one
-_ENV = os.environ._data if os.name == "posix" else None  # bytes keys: 40x faster than os.environ.get
 
 
 def _strided_order(strides, rows: int, cols: int):
@@ -96,37 +93,31 @@ def _strided_order(strides, rows: int, cols: int):
 def _torch_fast(a, b, out, alpha):
     """td.gemm on two torch CUDA tensors with the dispatcher's choice: the lean path that
     keeps the host overhead near the cost of one ctypes call. Everything decided from the
-    tensors' metadata (checks, layout, the C problem struct, a tuning table's pick) is
-    cached under that metadata, so a repeated call reads a few attributes, looks up one
-    dict and calls C (td_gemm_launch, whose C side skips the ranking and the planning of
-    a problem it ran last). None when the path does not apply (the general path then runs).
-    The key is flat (nested tuples hash slower) and holds the environment variables that
-    choose tuning tables (tile_engine.tuning.table_paths), read from os.environ's dict."""
-    env = _ENV if _ENV is not None else _environ_bytes()
-    key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), a.get_device(), b.get_device(), alpha,
-           env.get(b"TILEDISPATCH_TUNING"), env.get(b"TILEDISPATCH_KERNELS_DIR"),
-           env.get(b"TILEDISPATCH_NO_SHIPPED_TUNING"))
+    tensors' metadata (checks, layout, the C problem struct) is cached under that metadata,
+    so a repeated call reads a few attributes, looks up one dict and calls C
+    (td_gemm_launch with no kernel name: the library selects, its rank cache answering a
+    problem it has ranked under the same tuning environment). None when the path does not
+    apply (the general path then runs). The key is flat (nested tuples hash slower)."""
+    key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), a.get_device(), b.get_device(), alpha)
     if out is not None:
         key += (out.dtype, out.shape, out.stride(), out.get_device())
     entry = _FAST.get(key)
-    if entry is None:
+    fresh = entry is None
+    if fresh:
         if len(_FAST) > 4096:
             _FAST.clear()
         entry = _FAST[key] = _fast_entry(a, b, out, alpha) or False
     if entry is False:
         return None
-    problem, kernel, shape, out_dtype, launch, raw_stream, check, dev, _struct = entry
+    problem, shape, out_dtype, launch, raw_stream, check, dev, lib, _struct = entry
     if out is None:  # new_empty: on a's device, and without dtype faster than torch.empty
         out = a.new_empty(shape) if out_dtype is None else a.new_empty(shape, dtype=out_dtype)
-    status = launch(problem, kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), raw_stream(dev))
+    status = launch(problem, None, a.data_ptr(), b.data_ptr(), out.data_ptr(), raw_stream(dev))
+    if fresh:  # the first call of this metadata: the library's messages about the tuning tables
+        selection.warn_messages(lib, stacklevel=4)
     if status:
         check(status)
     return out
-
-
-def _environ_bytes() -> dict:
-    """os.environ as a dict with bytes keys, where os.environ has no such dict (Windows)."""
-    return {k.encode(): v.encode() for k, v in os.environ.items()}
 
 
 def _fast_entry(a, b, out, alpha):
@@ -157,26 +148,8 @@ def _fast_entry(a, b, out, alpha):
     d = dispatcher("gemm", _device_target())
     layout = _LAYOUT[(a_row, b_row)]
     struct = _ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb, ldc, alpha, 0, 0, 0)
-    paths = tuning.table_paths(d.target)
-    kernel = _tuned_kernel(d, paths, (M, N, K, dtype, layout, lda, ldb, ldc)) if paths else None
-    return (ctypes.addressof(struct), kernel, (M, N), None if out_dtype == a.dtype else out_dtype,
-            d.lib.td_gemm_launch, _TORCH_FAST["raw_stream"], d.lib.check, dev, struct)
-
-
-_TUNED_CACHE: dict = {}
-
-
-def _tuned_kernel(d, paths, key) -> bytes | None:
-    """The tuning tables' pick for one problem (None: the library's cost model), memoised
-    per problem and table set: the lookup walks every table entry."""
-    full = (d.target, paths, key)
-    if full not in _TUNED_CACHE:
-        if len(_TUNED_CACHE) > 4096:
-            _TUNED_CACHE.clear()
-        M, N, K, dtype, layout, lda, ldb, ldc = key
-        name = d.tuned(GemmProblem(M, N, K, dtype, layout, lda, ldb, ldc))
-        _TUNED_CACHE[full] = name.encode() if name else None
-    return _TUNED_CACHE[full]
+    return (ctypes.addressof(struct), (M, N), None if out_dtype == a.dtype else out_dtype,
+            d.lib.td_gemm_launch, _TORCH_FAST["raw_stream"], d.lib.check, dev, d.lib, struct)
 
 
 def _device_target(op: str = "gemm") -> str:
@@ -201,15 +174,14 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
     """
     global _TENSOR
+    if _TENSOR is None and type(a).__name__ == "Tensor" and is_torch(a):
+        _TENSOR = type(a)  # torch.Tensor, found without importing torch
     if type(a) is _TENSOR and type(b) is _TENSOR and kernel is None and layout is None and target is None \
             and a.is_cuda and (out is None or type(out) is _TENSOR):
         result = _torch_fast(a, b, out, alpha)
         if result is not None:
             return result
     if is_device_array(a) or is_device_array(b):
-        if _TENSOR is None and is_torch(a) and type(a).__name__ == "Tensor":
-            _TENSOR = type(a)
-            return gemm(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target)
         return _gemm_device(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or b.ndim != 2:

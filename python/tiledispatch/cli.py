@@ -15,9 +15,11 @@ from . import reference
 from ._registry import kernels_dir, registry
 from .arrays import numpy_dtype, random
 from .codegen import Direction, DType, Layout, matches
+from .codegen.yamlsrc import ManifestError
 from .dispatcher import Dispatcher
 from .errors import TileDispatchError
 from .problems import ConvProblem, GemmProblem
+from .tile_engine.bench import run_bench, write_tuning
 
 
 def _timed_runs(d: Dispatcher, problem, tensors, kernel, repeat: int) -> float:
@@ -229,8 +231,6 @@ def main(argv=None) -> int:
     if args.command == "conv":
         return _run_json(cmd_conv, args)
     if args.command in ("bench", "tune"):
-        from .codegen.yamlsrc import ManifestError
-        from .tile_engine.bench import run_bench, write_tuning
         try:
             if args.command == "tune":
                 table = write_tuning(args.results, args.out)

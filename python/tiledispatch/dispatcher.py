@@ -5,8 +5,7 @@ import ctypes
 
 import numpy as np
 
-from . import _ffi
-from .tile_engine import tuning
+from . import _ffi, selection
 from ._registry import registry
 from .arrays import DeviceArray, is_device_array, pointer
 from .errors import InvalidArgumentError
@@ -49,8 +48,6 @@ class Dispatcher:
         self.op = op
         self.target = target or reg.default_target(op)
         reg.library(op, self.target)  # fails now, with the list of what is built, if absent
-        self._names = None  # registered kernel names, once the tables need them
-        self._tuned = {}    # (table paths, problem) -> the tables' pick
 
     def __repr__(self) -> str:
         return f"Dispatcher(op={self.op!r}, target={self.target!r}, kernels={len(self.kernels)})"
@@ -78,25 +75,36 @@ class Dispatcher:
 
     def is_supported(self, problem, kernel=None) -> bool:
         fn = self.lib.td_gemm_is_supported if self.op == "gemm" else self.lib.td_conv_is_supported
-        return self.lib.check(fn(self._problem(problem), self._kernel(kernel))) == 1
+        supported = self.lib.check(fn(self._problem(problem), self._kernel(kernel))) == 1
+        if kernel is None:
+            selection.warn_messages(self.lib)
+        return supported
+
+    def select(self, problem) -> str:
+        """The kernel the library picks (the C ABI's td_gemm_select / td_conv_select): the
+        tuning tables' pick where they give one (bindings/tuning.hpp: the measured best where a
+        table holds the problem, else the cost model calibrated by the nearest entries'
+        measurements), else the cost model's; UnsupportedProblemError if no kernel supports
+        the problem. Messages about the tables come as RuntimeWarnings."""
+        fn = self.lib.td_gemm_select if self.op == "gemm" else self.lib.td_conv_select
+        try:
+            return self.lib.name_call(fn, self._problem(problem))
+        finally:
+            selection.warn_messages(self.lib)
 
     def tuned(self, problem) -> str | None:
-        """The tuning tables' kernel for this problem (tile_engine.tuning.pick: the measured
-        best where the table holds the problem, else the cost model calibrated by the
-        nearest entries' measurements); None without tables or entries of its kind."""
-        paths = tuning.table_paths(self.target)
-        if not paths:
-            return None
-        if self._names is None:
-            # named-only kernels (fp8 fast accumulation) are never picked, by a table either
-            self._names = {k.name for k in self.kernels if not getattr(k, "named_only", False)}
-        key = (paths, problem)
-        if key not in self._tuned:
-            if len(self._tuned) > 4096:
-                self._tuned.clear()
-            self._tuned[key] = tuning.pick(self.target, problem, self._names,
-                                           lambda name: self.is_supported(problem, name), self.cost)
-        return self._tuned[key]
+        """The tuning tables' pick alone; None without tables, entries of the problem's kind
+        or a kernel of theirs that applies."""
+        fn = self.lib.td_gemm_tuned if self.op == "gemm" else self.lib.td_conv_tuned
+        try:
+            return self.lib.name_call(fn, self._problem(problem)) or None
+        finally:
+            selection.warn_messages(self.lib)
+
+    def model_select(self, problem) -> str:
+        """The cost model's pick alone, the tuning tables not read."""
+        fn = self.lib.td_gemm_model_select if self.op == "gemm" else self.lib.td_conv_model_select
+        return self.lib.name_call(fn, self._problem(problem))
 
     def cost(self, problem, kernel) -> float | None:
         """The library's cost-model prediction for a kernel on a problem (arbitrary units,
@@ -108,16 +116,6 @@ class Dispatcher:
             return None
         self.lib.check(status)
         return value.value
-
-    def select(self, problem) -> str:
-        """The kernel the dispatcher picks: the tuning table's first supporting kernel for
-        the nearest tuned problem, else the library's cost model (UnsupportedProblemError
-        if none)."""
-        tuned = self.tuned(problem)
-        if tuned is not None:
-            return tuned
-        fn = self.lib.td_gemm_select if self.op == "gemm" else self.lib.td_conv_select
-        return self.lib.name_call(fn, self._problem(problem))
 
     def workspace_size(self, problem, kernel=None) -> int:
         fn = self.lib.td_gemm_workspace_size if self.op == "gemm" else self.lib.td_conv_workspace_size
@@ -142,8 +140,6 @@ class Dispatcher:
         None takes the current stream of a torch/cupy argument, else the default stream.
         """
         names = ("A", "B", "C") if self.op == "gemm" else ("input", "weight", "output")
-        if kernel is None:
-            kernel = self.tuned(problem)
         c_problem = self._problem(problem)
         values = (a, b, c)
         for value, name, need in zip(values, names, problem.required_elements()):
@@ -156,9 +152,8 @@ class Dispatcher:
             if not all(hosted):
                 raise InvalidArgumentError("mixing host (numpy) and device arrays in one call")
             fn = self.lib.td_gemm_run_host if self.op == "gemm" else self.lib.td_conv_run_host
-            self.lib.check(fn(c_problem, self._kernel(kernel), *(_address(v, n) for v, n in zip(values, names)),
-                              time_ref))
-            return time_ms.value
+            status = fn(c_problem, self._kernel(kernel), *(_address(v, n) for v, n in zip(values, names)), time_ref)
+            return self._ran(status, kernel, time_ms)
         ptrs = []
         for value, name in zip(values, names):
             if is_device_array(value):
@@ -174,8 +169,14 @@ class Dispatcher:
         if workspace_bytes is None:
             workspace_bytes = workspace.nbytes if isinstance(workspace, np.ndarray) else 0
         fn = self.lib.td_gemm_run if self.op == "gemm" else self.lib.td_conv_run
-        self.lib.check(fn(c_problem, self._kernel(kernel), *ptrs, ws_ptr, workspace_bytes,
-                          stream, time_ref))
+        status = fn(c_problem, self._kernel(kernel), *ptrs, ws_ptr, workspace_bytes, stream, time_ref)
+        return self._ran(status, kernel, time_ms)
+
+    def _ran(self, status: int, kernel, time_ms) -> float:
+        """After a run: the tables' messages where the library chose the kernel, then the status."""
+        if kernel is None:
+            selection.warn_messages(self.lib, stacklevel=4)
+        self.lib.check(status)
         return time_ms.value
 
     def export_registry_json(self) -> str:

@@ -37,6 +37,13 @@ TD_API int td_abi_version(void);
 TD_API const char* td_library_target(void);
 TD_API const char* td_library_op(void);
 TD_API const char* td_last_error(void);
+/* Messages about the tuning tables (a table ignored and why; a table naming kernels this
+ * library lacks), newline-separated, "" when none; the call clears them. The text stays
+ * valid until this thread calls it again. Selection reads the tables named by
+ * TILEDISPATCH_TUNING (':'-separated) and the shipped tuning_<target>.json beside the
+ * library (unless TILEDISPATCH_NO_SHIPPED_TUNING=1) when it ranks a problem it has not
+ * ranked under the same environment. */
+TD_API const char* td_tuning_messages(void);
 
 /* Run-time options of this library (TdOptions; every field 1 by default), one value for the
  * whole process, read by the kernels' host code at each call: tma 0 makes the convolution
@@ -63,7 +70,12 @@ TD_API void dispatcher_cleanup(void);
 
 /* ---- GEMM: extended ABI. kernel NULL or "" = let the dispatcher choose. ---- */
 TD_API int td_gemm_is_supported(const TdGemmProblem* p, const char* kernel); /* 1, 0, <0 */
+/* The dispatcher's kernel: the tuning tables' pick where they give one, else the cost
+ * model's (every call that runs without a kernel name runs this one first). */
 TD_API int td_gemm_select(const TdGemmProblem* p, char* name, size_t size);
+/* The tuning tables' pick alone ("" where they give none), and the cost model's alone. */
+TD_API int td_gemm_tuned(const TdGemmProblem* p, char* name, size_t size);
+TD_API int td_gemm_model_select(const TdGemmProblem* p, char* name, size_t size);
 /* The cost model's prediction for a named kernel (arbitrary units, lower is faster; the
  * tuning tables calibrate it with measurements). */
 TD_API int td_gemm_cost(const TdGemmProblem* p, const char* kernel, double* cost);
@@ -98,6 +110,8 @@ TD_API void conv_dispatcher_cleanup(void);
 /* ---- conv: extended ABI ---- */
 TD_API int td_conv_is_supported(const TdConvProblem* p, const char* kernel);
 TD_API int td_conv_select(const TdConvProblem* p, char* name, size_t size);
+TD_API int td_conv_tuned(const TdConvProblem* p, char* name, size_t size);
+TD_API int td_conv_model_select(const TdConvProblem* p, char* name, size_t size);
 TD_API int td_conv_cost(const TdConvProblem* p, const char* kernel, double* cost);
 TD_API int td_conv_workspace_size(const TdConvProblem* p, const char* kernel, size_t* bytes);
 TD_API int td_conv_run(const TdConvProblem* p, const char* kernel, const void* input,

@@ -26,8 +26,12 @@ import sys
 
 import numpy as np
 
+from .. import reference
 from .._options import set_options
-from .tuning import problem_from
+from ..arrays import dtype_of, numpy_dtype, random, torch_dtype
+from ..codegen import Direction
+from ..dispatcher import Dispatcher
+from ..selection import problem_from
 
 
 class Case:
@@ -37,9 +41,6 @@ class Case:
     MAX_COPIES = 8
 
     def __init__(self, spec: dict, seed: int, verify: bool, rotate_mib: float = 64, on_gpu: bool = False):
-        from .. import reference
-        from ..arrays import numpy_dtype, random
-        from ..codegen import Direction
         self.problem = p = problem_from(spec)
         if on_gpu and not verify and _torch() is not None:
             self._on_device(spec, seed)  # no reference needed: the inputs are made where they run
@@ -82,8 +83,6 @@ class Case:
 
     def _on_device(self, spec: dict, seed: int):
         """Uniform [-1, 1) operands made on the GPU (fast for big problems), an empty output."""
-        from ..arrays import torch_dtype
-        from ..codegen import Direction
         torch, p = _torch(), self.problem
         gen = torch.Generator(device="cuda").manual_seed(seed)
 
@@ -161,7 +160,6 @@ def _torch():
 def _device_copy(torch, array: np.ndarray):
     """A CUDA tensor holding a numpy array's bytes, with its strides (any dtype: the bytes
     travel as uint8 and are viewed as the torch dtype of the same width and kind)."""
-    from ..arrays import dtype_of, torch_dtype
     item = array.itemsize
     flat = np.ascontiguousarray(array.ravel(order="K")).view(np.uint8)
     dev = torch.from_numpy(flat).cuda().view(torch_dtype(dtype_of(array)))
@@ -176,7 +174,6 @@ def _host_copy(tensor, like: np.ndarray) -> np.ndarray:
 def _prepare(d, case: Case, name: str, warmup: int, verify: bool) -> dict:
     """One kernel made ready to time: supported, run `warmup` times (at least once) into a
     poisoned output, and that output checked against the reference when verifying."""
-    from .. import reference
     out = {"kernel": name, "status": "OK", "latency_ms": None, "tflops": None, "max_rel": None}
     try:
         if not d.is_supported(case.problem, name):
@@ -234,7 +231,6 @@ def measure(d, case: Case, names: list, warmup: int, repeat: int, verify: bool, 
 
 
 def main() -> int:
-    from ..dispatcher import Dispatcher
     dispatchers = {}
     for line in sys.stdin:
         if not line.strip():
@@ -260,8 +256,7 @@ def main() -> int:
         d = dispatchers[key]
         try:
             pick = d.select(case.problem)  # tuning tables first, then the cost model
-            fn = d.lib.td_gemm_select if d.op == "gemm" else d.lib.td_conv_select
-            model_pick = d.lib.name_call(fn, d._problem(case.problem))  # the cost model alone
+            model_pick = d.model_select(case.problem)  # the cost model alone
         except Exception:  # noqa: BLE001 - no kernel for the problem: no pick
             pick = model_pick = None
         say({"done": True, "pick": pick, "model_pick": model_pick})
