@@ -4,20 +4,21 @@ import numpy as np
 import tiledispatch as td
 from tiledispatch import reference
 from tiledispatch.arrays import random
-from tiledispatch.codegen.model import GemmVariant, fp8_tile_slices
+from tiledispatch.codegen.families.cutlass import fp8_tile_slices
+from tiledispatch.codegen.model import GemmVariant
 
 d = td.Dispatcher("gemm")
 rng = np.random.default_rng(1)
 sample = {}
 for k in d.kernels:
     # our fp8 mainloop in N slices (bindings/cuda/fp8_mainloop.cuh) is a kind of its own
-    sliced = k.dtype.nbytes == 1 and k.knobs.algorithm == "cutlass" and k.knobs.promote == 1 and \
-        fp8_tile_slices(k.tile, k.knobs.schedule) > 1
-    key = (k.knobs.algorithm, k.variant, k.knobs.schedule, k.knobs.pad, k.dtype.nbytes, sliced)
+    cutlass = k.knobs.algorithm == "cutlass"
+    sliced = cutlass and k.dtype.nbytes == 1 and k.knobs.promote == 1 and fp8_tile_slices(k.tile, k.knobs.schedule) > 1
+    key = (k.knobs.algorithm, k.variant, cutlass and k.knobs.schedule, cutlass and k.knobs.pad, k.dtype.nbytes, sliced)
     sample.setdefault(key, k)
 for k in sample.values():
     shapes = ((208, 144, 272), (64, 64, 64))
-    if k.knobs.pad:
+    if getattr(k.knobs, "pad", False):
         shapes = ((201, 133, 77),)
     elif k.variant is GemmVariant.SPLIT_K:
         shapes = ((208, 144, 272), (64, 64, 8192))  # its own split count: 1, and several parts

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..codegen.yamlsrc import ManifestError, load_yaml, read_source
 from . import build as build_phase
-from . import runner
+from . import ray_executor, runner
 from .sweep import expand_sweep
 from .tuning import dumps as tuning_dumps
 from .tuning import make_table
@@ -102,7 +102,6 @@ def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60
         sys.stderr.flush()
 
     if ray_address is not None:
-        from . import ray_executor
         results = ray_executor.run(jobs_list, target, built.build_dir, timeout, address=ray_address or None,
                                    on_result=progress)
     else:

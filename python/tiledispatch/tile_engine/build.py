@@ -6,6 +6,7 @@ compiled.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._registry import kernels_dir as installed_kernels_dir
 from .sweep import manifest_text
 
 PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -29,10 +31,8 @@ class BuildResult:
 def prebuilt(configs, kernels_dir=None) -> BuildResult:
     """No build: the swept variants that libraries built earlier already hold (kernels_dir
     holding registry.json: a scratch build, or by default the installed package's)."""
-    import json
     if not kernels_dir:
-        from .._registry import kernels_dir as installed
-        kernels_dir = installed()
+        kernels_dir = installed_kernels_dir()
     kernels_dir = Path(str(kernels_dir))
     index = kernels_dir / "registry.json"
     if not index.is_file():

@@ -7,9 +7,10 @@ visible at the same path on every node (a shared filesystem), or built on each.
 """
 from __future__ import annotations
 
+from .runner import Worker
+
 
 def _run_batch(job: dict, target: str, kernels_dir: str, timeout: float) -> list:
-    from tiledispatch.tile_engine.runner import Worker
     worker = Worker("inherit", kernels_dir)
     out = []
     try:

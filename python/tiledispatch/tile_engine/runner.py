@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 
+from .._cuda import device_count
 from .._options import options
 
 WORKER_COMMAND = (sys.executable, "-m", "tiledispatch.tile_engine.worker")
@@ -112,7 +113,6 @@ def devices_for(target: str) -> list:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         return [d for d in visible.split(",") if d.strip()]
-    from .._cuda import device_count
     return [str(i) for i in range(max(1, device_count()))]
 
 
