@@ -7,6 +7,7 @@ visible at the same path on every node (a shared filesystem), or built on each.
 """
 from __future__ import annotations
 
+from .._options import options
 from .runner import Worker
 
 
@@ -30,7 +31,8 @@ def run(jobs, target: str, kernels_dir, timeout: float, address: str | None = No
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     task = ray.remote(num_gpus=0 if target == "cpu" else 1)(_run_batch)
-    futures = [task.remote(job, target, str(kernels_dir), timeout) for job in jobs]
+    here = options()  # the caller's library options travel with each batch
+    futures = [task.remote({"options": here, **job}, target, str(kernels_dir), timeout) for job in jobs]
     results = []
     for job, future in zip(jobs, futures):
         for result in ray.get(future):
