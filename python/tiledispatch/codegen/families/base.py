@@ -75,3 +75,64 @@ class Family:
 
     def to_dict(self) -> dict:
         return {"algorithm": self.FAMILY}
+
+
+class Fixed(Family):
+    """A family without knobs (its kernels differ by their tile alone): one name token.
+    Set TOKEN, and NO_KNOBS_WHY to say in errors why it takes no knobs."""
+
+    TOKEN = ""
+    NO_KNOBS_WHY = ""
+
+    @classmethod
+    def from_yaml(cls, values: dict):
+        cls.reject_keys(values, cls.NO_KNOBS_WHY)
+        return cls()
+
+    @property
+    def token(self) -> str:
+        return self.TOKEN
+
+    @classmethod
+    def from_token(cls, token: str):
+        return cls() if token == cls.TOKEN else None
+
+
+class PerGroup(Family):
+    """A family specialised for a number of channels per group, its one knob (a dataclass
+    field `channels_per_group` in the subclass). Set CPG (the values it builds), CPG_LABEL
+    (how errors list them) and TOKEN (names read TOKEN_cpgN)."""
+
+    CPG = ()
+    CPG_LABEL = ""
+    TOKEN = ""
+    YAML_KEYS = ("channels_per_group",)
+    KEY_SHAPES = {"channels_per_group": "int"}
+
+    def __post_init__(self):
+        if self.channels_per_group not in self.CPG:
+            raise ValueError(f"channels_per_group {self.channels_per_group} not one of {self.CPG_LABEL}")
+
+    @classmethod
+    def from_yaml(cls, values: dict):
+        cls.reject_keys(values)
+        cpg = values.get("channels_per_group", "any")
+        if not isinstance(cpg, int) or isinstance(cpg, bool) or cpg == 0:
+            raise ValueError(f"channels_per_group must be 1, 2, 4, 8, 16 or any, got {cpg!r}")
+        return cls(cpg)
+
+    @property
+    def token(self) -> str:
+        return f"{self.TOKEN}_cpg{self.channels_per_group}"
+
+    @classmethod
+    def from_token(cls, token: str):
+        prefix = f"{cls.TOKEN}_cpg"
+        number = token[len(prefix):]
+        return cls(int(number)) if token.startswith(prefix) and number.isdigit() else None
+
+    def info(self, config) -> dict:
+        return {"channels_per_group": self.channels_per_group}
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.FAMILY, "channels_per_group": self.channels_per_group}

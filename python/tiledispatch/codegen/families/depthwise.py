@@ -9,31 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import Backend, Direction
-from .base import Family
+from .base import Fixed
 from .sm90 import half_precision_problems, target_problems
 
 
 @dataclass(frozen=True)
-class Depthwise(Family):
+class Depthwise(Fixed):
     FAMILY = "depthwise"
     CODE = 5
     BACKEND = Backend.CUDA
     OPS = ("conv",)
     HEADER = "cuda/conv_depthwise.cuh"
     COST = {"conv": "depthwise_conv_cost"}
-
-    @classmethod
-    def from_yaml(cls, values: dict) -> "Depthwise":
-        cls.reject_keys(values, " (it is one channel per group by definition)")
-        return cls()
-
-    @property
-    def token(self) -> str:
-        return "dw"
-
-    @classmethod
-    def from_token(cls, token: str):
-        return cls() if token == "dw" else None
+    TOKEN = "dw"
+    NO_KNOBS_WHY = " (it is one channel per group by definition)"
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):

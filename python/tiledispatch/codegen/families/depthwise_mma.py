@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import Backend, Direction
-from .base import Family
+from .base import Fixed
 from .sm90 import half_precision_problems, target_problems
 
 
@@ -49,26 +49,15 @@ def toeplitz_problems(name: str, dtype, direction, tile, layout) -> list[str]:
 
 
 @dataclass(frozen=True)
-class DepthwiseMma(Family):
+class DepthwiseMma(Fixed):
     FAMILY = "depthwise_mma"
     CODE = 6
     BACKEND = Backend.CUDA
     OPS = ("conv",)
     HEADER = "cuda/conv_depthwise_mma.cuh"
     COST = {"conv": "depthwise_mma_conv_cost"}
-
-    @classmethod
-    def from_yaml(cls, values: dict) -> "DepthwiseMma":
-        cls.reject_keys(values, " (it is one channel per group by definition)")
-        return cls()
-
-    @property
-    def token(self) -> str:
-        return "dwmma"
-
-    @classmethod
-    def from_token(cls, token: str):
-        return cls() if token == "dwmma" else None
+    TOKEN = "dwmma"
+    NO_KNOBS_WHY = " (it is one channel per group by definition)"
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         return target_problems(target) or toeplitz_problems(self.FAMILY, dtype, variant, tile, layout)

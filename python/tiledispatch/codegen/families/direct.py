@@ -4,57 +4,41 @@ per group (any: a generic kernel with run-time channel counts). Tile = (output p
 thread, channels per thread, threads per block)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..model import Backend, Direction
-from .base import Family
+from .base import PerGroup
 from .sm90 import half_precision_problems, target_problems
 
 
-def channels_per_group(cls, values: dict, allowed: tuple, label: str, any_value=None) -> int:
-    """The manifest's channels_per_group for a family taking `allowed` ('any' -> any_value)."""
-    cls.reject_keys(values)
-    cpg = values.get("channels_per_group", "any")
-    if cpg == "any" and any_value is not None:
-        cpg = any_value
-    elif not isinstance(cpg, int) or cpg == 0:
-        raise ValueError(f"channels_per_group must be 1, 2, 4, 8, 16 or any, got {cpg!r}")
-    if cpg not in allowed:
-        raise ValueError(f"channels_per_group {cpg} not one of {label}")
-    return cpg
-
-
 @dataclass(frozen=True)
-class Direct(Family):
+class Direct(PerGroup):
     channels_per_group: int = 0  # 0: any (the generic kernel)
 
     FAMILY = "direct"
     CODE = 4
     BACKEND = Backend.CUDA
     OPS = ("conv",)
-    YAML_KEYS = ("channels_per_group",)
-    KEY_SHAPES = {"channels_per_group": "int"}
     HEADER = "cuda/conv_direct.cuh"
     COST = {"conv": "direct_conv_cost"}
     CPG = (0, 1, 2, 4, 8, 16)
-
-    def __post_init__(self):
-        if self.channels_per_group not in self.CPG:
-            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 or any")
+    CPG_LABEL = "1, 2, 4, 8, 16 or any"
+    TOKEN = "direct"
 
     @classmethod
     def from_yaml(cls, values: dict) -> "Direct":
-        return cls(channels_per_group(cls, values, cls.CPG, "1, 2, 4, 8, 16 or any", any_value=0))
+        if values.get("channels_per_group", "any") == "any":
+            cls.reject_keys(values)
+            return cls(0)
+        return super().from_yaml(values)
 
     @property
     def token(self) -> str:
-        return "direct_" + (f"cpg{self.channels_per_group}" if self.channels_per_group else "anycpg")
+        return "direct_anycpg" if self.channels_per_group == 0 else super().token
 
     @classmethod
     def from_token(cls, token: str):
-        match = re.fullmatch(r"direct_(?:cpg(\d+)|anycpg)", token)
-        return cls(int(match.group(1) or 0)) if match else None
+        return cls(0) if token == "direct_anycpg" else super().from_token(token)
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):
@@ -88,9 +72,6 @@ class Direct(Family):
         pixels, chans, threads = config.tile
         head = f"{config.dtype.code}, {config.ndim}, {config.direction.code}"
         return f"cuda::Sm90DirectConv<{head}, {self.channels_per_group}, {pixels}, {chans}, {threads}>"
-
-    def info(self, config) -> dict:
-        return {"channels_per_group": self.channels_per_group}
 
     def to_dict(self) -> dict:
         return {"algorithm": self.FAMILY, "channels_per_group": self.channels_per_group or "any"}

@@ -3,45 +3,26 @@ memory (bindings/cuda/conv_mma.cuh). Tile = (16 x PM pixels per warp, 8 x ceil(c
 channels per warp, 16)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..model import Backend, Direction
-from .base import Family
-from .direct import channels_per_group
+from .base import PerGroup
 from .sm90 import half_precision_problems, target_problems
 
 
 @dataclass(frozen=True)
-class Mma(Family):
+class Mma(PerGroup):
     channels_per_group: int = 16
 
     FAMILY = "mma"
     CODE = 8
     BACKEND = Backend.CUDA
     OPS = ("conv",)
-    YAML_KEYS = ("channels_per_group",)
-    KEY_SHAPES = {"channels_per_group": "int"}
     HEADER = "cuda/conv_mma.cuh"
     COST = {"conv": "mma_conv_cost"}
     CPG = (2, 4, 8, 16, 32)
-
-    def __post_init__(self):
-        if self.channels_per_group not in self.CPG:
-            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 2, 4, 8, 16, 32 (mma)")
-
-    @classmethod
-    def from_yaml(cls, values: dict) -> "Mma":
-        return cls(channels_per_group(cls, values, cls.CPG, "2, 4, 8, 16, 32 (mma)"))
-
-    @property
-    def token(self) -> str:
-        return f"mma_cpg{self.channels_per_group}"
-
-    @classmethod
-    def from_token(cls, token: str):
-        match = re.fullmatch(r"mma_cpg(\d+)", token)
-        return cls(int(match.group(1))) if match else None
+    CPG_LABEL = "2, 4, 8, 16, 32 (mma)"
+    TOKEN = "mma"
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):
@@ -59,9 +40,3 @@ class Mma(Family):
     def instance(self, config) -> str:
         return (f"cuda::Sm90MmaConv<{config.dtype.code}, {config.ndim}, {config.direction.code}, "
                 f"{self.channels_per_group}, {config.tile[0]}>")
-
-    def info(self, config) -> dict:
-        return {"channels_per_group": self.channels_per_group}
-
-    def to_dict(self) -> dict:
-        return {"algorithm": self.FAMILY, "channels_per_group": self.channels_per_group}

@@ -7,31 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import Backend, DType, GemmVariant, Layout
-from .base import Family
+from .base import Fixed
 from .sm90 import target_problems
 
 
 @dataclass(frozen=True)
-class Skinny(Family):
+class Skinny(Fixed):
     FAMILY = "skinny"
     CODE = 3
     BACKEND = Backend.CUDA
     OPS = ("gemm",)
     HEADER = "cuda/gemm_skinny.cuh"
     COST = {"gemm": "skinny_gemm_cost"}
-
-    @classmethod
-    def from_yaml(cls, values: dict) -> "Skinny":
-        cls.reject_keys(values, " (its knobs are the tile)")
-        return cls()
-
-    @property
-    def token(self) -> str:
-        return "skinny"
-
-    @classmethod
-    def from_token(cls, token: str):
-        return cls() if token == "skinny" else None
+    TOKEN = "skinny"
+    NO_KNOBS_WHY = " (its knobs are the tile)"
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):

@@ -3,45 +3,26 @@ shared-memory tiles (bindings/cuda/conv_mma_tiled.cuh). Tile = (output pixels pe
 32 channels per block, 16 = the MMA's K)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..model import Backend
-from .base import Family
-from .direct import channels_per_group
+from .base import PerGroup
 from .sm90 import half_precision_problems, target_problems
 
 
 @dataclass(frozen=True)
-class TiledMma(Family):
+class TiledMma(PerGroup):
     channels_per_group: int = 16
 
     FAMILY = "tiled_mma"
     CODE = 9
     BACKEND = Backend.CUDA
     OPS = ("conv",)
-    YAML_KEYS = ("channels_per_group",)
-    KEY_SHAPES = {"channels_per_group": "int"}
     HEADER = "cuda/conv_mma_tiled.cuh"
     COST = {"conv": "tiled_mma_conv_cost"}
     CPG = (1, 2, 4, 8, 16)
-
-    def __post_init__(self):
-        if self.channels_per_group not in self.CPG:
-            raise ValueError(f"channels_per_group {self.channels_per_group} not one of 1, 2, 4, 8, 16 (tiled_mma)")
-
-    @classmethod
-    def from_yaml(cls, values: dict) -> "TiledMma":
-        return cls(channels_per_group(cls, values, cls.CPG, "1, 2, 4, 8, 16 (tiled_mma)"))
-
-    @property
-    def token(self) -> str:
-        return f"tiledmma_cpg{self.channels_per_group}"
-
-    @classmethod
-    def from_token(cls, token: str):
-        match = re.fullmatch(r"tiledmma_cpg(\d+)", token)
-        return cls(int(match.group(1))) if match else None
+    CPG_LABEL = "1, 2, 4, 8, 16 (tiled_mma)"
+    TOKEN = "tiledmma"
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):
@@ -55,9 +36,3 @@ class TiledMma(Family):
     def instance(self, config) -> str:
         return (f"cuda::Sm90TcConv<{config.dtype.code}, {config.ndim}, {config.direction.code}, "
                 f"{self.channels_per_group}, {config.tile[0]}, {config.tile[1]}>")
-
-    def info(self, config) -> dict:
-        return {"channels_per_group": self.channels_per_group}
-
-    def to_dict(self) -> dict:
-        return {"algorithm": self.FAMILY, "channels_per_group": self.channels_per_group}
