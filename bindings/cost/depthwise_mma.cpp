@@ -20,19 +20,6 @@
 
 namespace td {
 
-// The padded area's excess over the image (fwd: the output's, bwd_data: the input's).
-double toeplitz_waste(const KernelInfo& k, const TdConvProblem& p, const ConvGeometry& g) {
-    const int64_t h = p.base.direction == TD_CONV_BWD_DATA ? g.in[1] : g.out[1];
-    const int64_t w = p.base.direction == TD_CONV_BWD_DATA ? g.in[2] : g.out[2];
-    const int64_t ph = (h + k.tile_m - 1) / k.tile_m * k.tile_m, pw = (w + k.tile_n - 1) / k.tile_n * k.tile_n;
-    return (double)(ph * pw) / (double)(h * w) - 1.0;
-}
-
-// The preference among tiles of equal waste: 16 rows, 32 columns, 16 channels.
-double toeplitz_tile_preference(const KernelInfo& k) {
-    return 0.0001 * std::abs(k.tile_m - 16) + 0.0001 * std::abs(k.tile_n - 32) + 0.0001 * std::abs(k.tile_k - 16);
-}
-
 double depthwise_mma_conv_cost(const KernelInfo& k, const TdConvProblem& p, const ConvGeometry& g,
                                const CostContext&) {
     if (p.base.direction == TD_CONV_BWD_WEIGHT) {

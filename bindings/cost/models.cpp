@@ -2,6 +2,7 @@
 #include "cost/models.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace td {
 
@@ -141,6 +142,17 @@ int split_k_count(const Sm90Tile& t, int dtype, const TdGemmProblem& p, int64_t 
         if (cost < best_cost) best = splits, best_cost = cost;
     }
     return best;
+}
+
+double toeplitz_waste(const KernelInfo& k, const TdConvProblem& p, const ConvGeometry& g) {
+    const int64_t h = p.base.direction == TD_CONV_BWD_DATA ? g.in[1] : g.out[1];
+    const int64_t w = p.base.direction == TD_CONV_BWD_DATA ? g.in[2] : g.out[2];
+    const int64_t ph = (h + k.tile_m - 1) / k.tile_m * k.tile_m, pw = (w + k.tile_n - 1) / k.tile_n * k.tile_n;
+    return (double)(ph * pw) / (double)(h * w) - 1.0;
+}
+
+double toeplitz_tile_preference(const KernelInfo& k) {
+    return 0.0001 * std::abs(k.tile_m - 16) + 0.0001 * std::abs(k.tile_n - 32) + 0.0001 * std::abs(k.tile_k - 16);
 }
 
 }  // namespace td

@@ -74,4 +74,10 @@ double skinny_model(const KernelInfo& k, const GemmShape& s, int64_t sms);
 int split_k_count(const Sm90Tile& t, int dtype, const TdGemmProblem& p, int64_t sms);
 double split_k_cost(const Sm90Tile& t, int dtype, int64_t M, int64_t N, int64_t K, int splits, int64_t sms);
 
+// The Toeplitz tensor-core kernels (depthwise_mma, toeplitz_mma): the padded area's excess
+// over the image (fwd: the output's, bwd_data: the input's), and the preference among tiles
+// of equal waste (16 rows, 32 columns, 16 channels).
+double toeplitz_waste(const KernelInfo& k, const TdConvProblem& p, const ConvGeometry& g);
+double toeplitz_tile_preference(const KernelInfo& k);
+
 }  // namespace td

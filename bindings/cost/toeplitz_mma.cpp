@@ -5,9 +5,6 @@
 
 namespace td {
 
-double toeplitz_waste(const KernelInfo& k, const TdConvProblem& p, const ConvGeometry& g);  // depthwise_mma.cpp
-double toeplitz_tile_preference(const KernelInfo& k);
-
 double toeplitz_mma_conv_cost(const KernelInfo& k, const TdConvProblem& p, const ConvGeometry& g, const CostContext&) {
     return 0.45 + 0.1 * toeplitz_waste(k, p, g) + toeplitz_tile_preference(k);
 }

@@ -6,6 +6,7 @@
   python -m codegen table    --manifest ... --targets ... --op gemm --target cpu -o OUT
   python -m codegen registry --manifest ... --targets ... -o registry.json
   python -m codegen abi      [--write | --check]   (the ABI headers rendered from abi.py)
+  python -m codegen sources  --kind python|cost    (files Meson tracks / compiles, one a line)
 """
 from __future__ import annotations
 
@@ -47,7 +48,23 @@ ABI_HEADERS = {"abi_types.h": lambda: abi.render_c_types(families.FAMILIES),
 
 def abi_header_dir() -> Path:
     """bindings/include/tiledispatch of the source tree this package was imported from."""
-    return Path(__file__).resolve().parents[3] / "bindings" / "include" / "tiledispatch"
+    return SOURCE_ROOT / "bindings" / "include" / "tiledispatch"
+
+
+SOURCE_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _sources(kind: str) -> list:
+    """python: the generator's modules (this package, its families, and the entry point the
+    source root runs); cost: bindings/cost/models.cpp and each registered family's cost file."""
+    if kind == "cost":
+        named = {f"bindings/{family.COST_SOURCE}" for family in families.FAMILIES if family.COST_SOURCE}
+        return ["bindings/cost/models.cpp"] + sorted(named)
+    package = Path(__file__).resolve().parent
+    modules = sorted(package.glob("*.py")) + sorted((package / "families").glob("*.py"))
+    entry = [SOURCE_ROOT / "codegen" / "__init__.py", SOURCE_ROOT / "codegen" / "__main__.py",
+             package.parent / "__init__.py"]
+    return [str(p.relative_to(SOURCE_ROOT)) for p in entry + modules]
 
 
 def _abi(write: bool, check: bool) -> int:
@@ -93,6 +110,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("abi", help="render the ABI headers (bindings/include/tiledispatch/) from abi.py")
     p.add_argument("--write", action="store_true", help="write them into the source tree")
     p.add_argument("--check", action="store_true", help="exit 1 when a file in the source tree is not current")
+    p = sub.add_parser("sources", help="print the generator's Python files (python) or the cost-model sources "
+                                       "of the registered families (cost), relative to the source root")
+    p.add_argument("--kind", required=True, choices=("python", "cost"))
     p = sub.add_parser("registry", help="write registry.json")
     _selection_args(p)
     p.add_argument("-o", "--output", required=True)
@@ -135,6 +155,8 @@ def main(argv=None) -> int:
             write_if_changed(args.output, emit_source(config))
         elif args.command == "table":
             write_if_changed(args.output, table_source(_expansion(args).configs, args.op, args.target))
+        elif args.command == "sources":
+            print("\n".join(_sources(args.kind)))
         elif args.command == "abi":
             return _abi(args.write, args.check)
         elif args.command == "registry":

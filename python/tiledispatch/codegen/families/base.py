@@ -12,6 +12,8 @@ A family is a frozen dataclass of its knobs deriving from `Family`. Its class at
     KEY_SHAPES the value shape of those keys that are not plain words ("pair", "triple", "int")
     HEADER     its kernel template, relative to bindings/
     COST       {op: the C++ function of bindings/cost/ that predicts its kernels' time}
+    COST_SOURCE the file defining those functions, relative to bindings/ (meson compiles the
+               files the registered families name)
 
 and its methods (the knobs are `self`):
 
@@ -43,6 +45,7 @@ class Family:
     KEY_SHAPES = {}  # manifest key -> "pair" | "triple" (lists of ints) | "int" (an int or a word); else a word
     HEADER = ""
     COST = {}
+    COST_SOURCE = ""
 
     @property
     def family(self) -> str:

@@ -32,6 +32,7 @@ class Blocked(Family):
     KEY_SHAPES = {"micro_tile": "pair"}
     HEADER = {"gemm": "cpu/gemm_kernel.hpp", "conv": "cpu/conv_kernel.hpp"}
     COST = {"gemm": "blocked_gemm_cost", "conv": "blocked_conv_cost"}
+    COST_SOURCE = "cost/blocked.cpp"
 
     @classmethod
     def default(cls, op: str):

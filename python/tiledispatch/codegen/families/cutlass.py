@@ -121,6 +121,7 @@ class Cutlass(Family):
     KEY_SHAPES = {"cluster": "pair", "promote": "int"}
     HEADER = "cuda/gemm_sm90.cuh"
     COST = {"gemm": "cutlass_gemm_cost"}
+    COST_SOURCE = "cost/cutlass.cpp"
 
     def __post_init__(self):
         check_schedule(self.schedule)

@@ -21,6 +21,7 @@ class Depthwise(Fixed):
     OPS = ("conv",)
     HEADER = "cuda/conv_depthwise.cuh"
     COST = {"conv": "depthwise_conv_cost"}
+    COST_SOURCE = "cost/depthwise.cpp"
     TOKEN = "dw"
     NO_KNOBS_WHY = " (it is one channel per group by definition)"
 

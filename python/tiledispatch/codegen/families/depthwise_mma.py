@@ -56,6 +56,7 @@ class DepthwiseMma(Fixed):
     OPS = ("conv",)
     HEADER = "cuda/conv_depthwise_mma.cuh"
     COST = {"conv": "depthwise_mma_conv_cost"}
+    COST_SOURCE = "cost/depthwise_mma.cpp"
     TOKEN = "dwmma"
     NO_KNOBS_WHY = " (it is one channel per group by definition)"
 

@@ -21,6 +21,7 @@ class Direct(PerGroup):
     OPS = ("conv",)
     HEADER = "cuda/conv_direct.cuh"
     COST = {"conv": "direct_conv_cost"}
+    COST_SOURCE = "cost/direct.cpp"
     CPG = (0, 1, 2, 4, 8, 16)
     CPG_LABEL = "1, 2, 4, 8, 16 or any"
     TOKEN = "direct"

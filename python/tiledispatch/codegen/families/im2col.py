@@ -27,6 +27,7 @@ class Im2col(Family):
     KEY_SHAPES = {"cluster": "pair"}
     HEADER = "cuda/conv_gemm.cuh"
     COST = {"conv": "im2col_conv_cost"}
+    COST_SOURCE = "cost/im2col.cpp"
 
     def __post_init__(self):
         check_schedule(self.schedule)

@@ -29,6 +29,7 @@ class Implicit(Family):
     KEY_SHAPES = {"cluster": "pair", "split": "int"}
     HEADER = "cuda/conv_implicit.cuh"
     COST = {"conv": "implicit_conv_cost"}
+    COST_SOURCE = "cost/implicit.cpp"
 
     def __post_init__(self):
         if self.split not in SPLITS:

@@ -46,6 +46,7 @@ class Mfma(Family):
     KEY_SHAPES = {"wave_shape": "triple", "warp_tile": "triple"}
     HEADER = "hip/kernels_hip.hpp"
     COST = {"gemm": "mfma_gemm_cost", "conv": "mfma_conv_cost"}
+    COST_SOURCE = "cost/mfma.cpp"
     PIPELINES = ("mem", "compv3")
     SCHEDULERS = ("intrawave", "interwave")
 

@@ -20,6 +20,7 @@ class Mma(PerGroup):
     OPS = ("conv",)
     HEADER = "cuda/conv_mma.cuh"
     COST = {"conv": "mma_conv_cost"}
+    COST_SOURCE = "cost/mma.cpp"
     CPG = (2, 4, 8, 16, 32)
     CPG_LABEL = "2, 4, 8, 16, 32 (mma)"
     TOKEN = "mma"

@@ -19,6 +19,7 @@ class Skinny(Fixed):
     OPS = ("gemm",)
     HEADER = "cuda/gemm_skinny.cuh"
     COST = {"gemm": "skinny_gemm_cost"}
+    COST_SOURCE = "cost/skinny.cpp"
     TOKEN = "skinny"
     NO_KNOBS_WHY = " (its knobs are the tile)"
 

@@ -20,6 +20,7 @@ class TiledMma(PerGroup):
     OPS = ("conv",)
     HEADER = "cuda/conv_mma_tiled.cuh"
     COST = {"conv": "tiled_mma_conv_cost"}
+    COST_SOURCE = "cost/tiled_mma.cpp"
     CPG = (1, 2, 4, 8, 16)
     CPG_LABEL = "1, 2, 4, 8, 16 (tiled_mma)"
     TOKEN = "tiledmma"

@@ -21,6 +21,7 @@ class ToeplitzMma(PerGroup):
     OPS = ("conv",)
     HEADER = "cuda/conv_depthwise_mma.cuh"
     COST = {"conv": "toeplitz_mma_conv_cost"}
+    COST_SOURCE = "cost/toeplitz_mma.cpp"
     CPG = (2, 4)
     CPG_LABEL = "2, 4 (toeplitz_mma)"
     TOKEN = "tpmma"
