@@ -590,3 +590,20 @@ def test_split_k_gemm_names_rules_and_source():
     assert "variant split_k is built by the cuda backend only (sm_90a)" in str(info.value)
     with pytest.raises(ValueError, match="reduction applies only to variant stream_k"):
         GemmKernelConfig("bf16", "rcr", "split_k", "atomic", (128, 128, 64), target="sm_90a")
+
+
+def test_cutlass_is_found_in_the_venv_an_isolated_build_hides(tmp_path, monkeypatch):
+    """`pip install .` builds in an isolated environment whose PYTHONPATH (with a
+    sitecustomize) hides the venv's packages, where the user installed nvidia-cutlass: the
+    generator looks for the package as the interpreter sees it without that overlay. Shown
+    with pyyaml, hidden the way pip hides it."""
+    from tiledispatch.codegen import toolchain
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "sitecustomize.py").write_text(
+        "import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p and 'dist-packages' not in p]\n")
+    monkeypatch.setenv("PYTHONPATH", str(overlay))
+    hidden = subprocess.run([sys.executable, "-c", toolchain.FIND_PACKAGE, "yaml"], capture_output=True, text=True)
+    assert hidden.returncode == 0 and hidden.stdout.strip() == ""  # what the build environment sees
+    found = toolchain._package_outside_the_build_environment("yaml")
+    assert found and (Path(found) / "__init__.py").is_file()

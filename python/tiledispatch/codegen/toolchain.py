@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 CUTLASS_HINT = ("install the CUTLASS headers with `pip install --no-deps nvidia-cutlass` (the wheel "
@@ -19,13 +22,33 @@ def cutlass_include_dirs(explicit: str = "") -> list[str]:
         extra = root.parent / "tools" / "util" / "include"
         return [str(root)] + ([str(extra)] if extra.is_dir() else [])
     spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or not spec.submodule_search_locations:
+    package = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else \
+        _package_outside_the_build_environment("cutlass_library")
+    if not package:
         raise ValueError(f"a cuda target needs the CUTLASS headers: {CUTLASS_HINT}")
-    base = Path(list(spec.submodule_search_locations)[0]) / "source"
+    base = Path(package) / "source"
     include, util = base / "include", base / "tools" / "util" / "include"
     if not (include / "cutlass" / "cutlass.h").is_file():
         raise ValueError(f"the installed nvidia-cutlass package has no headers under {include}; {CUTLASS_HINT}")
     return [str(include), str(util)]
+
+
+FIND_PACKAGE = ("import importlib.util, sys; s = importlib.util.find_spec(sys.argv[1]); "
+                "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')")
+
+
+def _package_outside_the_build_environment(name: str) -> str:
+    """The folder of package `name` as this interpreter sees it without the build
+    environment's overlay: `pip install .` builds in an isolated environment whose PYTHONPATH
+    hides the packages of the venv it installs into (the nvidia-cutlass wheel the user
+    installed there). '' where it is not found."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME")}
+    try:
+        done = subprocess.run([sys.executable, "-c", FIND_PACKAGE, name], env=env, capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 HIP_HINT = ("install a HIP compiler and headers: on Debian/Ubuntu `apt-get install clang-19 lld-19 "
