@@ -14,7 +14,7 @@ from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_t
 from .codegen import Direction, Layout
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
-from .problems import ConvProblem, GemmProblem
+from .problems import INT32_MAX, ConvProblem, GemmProblem, _integer
 
 
 _LAYOUT = {(True, False): Layout.RCR, (True, True): Layout.RRR, (False, True): Layout.CRR, (False, False): Layout.CCR}
@@ -35,13 +35,48 @@ def dispatcher(op: str, target: str | None = None) -> Dispatcher:
     return Dispatcher(op, target or registry().default_target(op))
 
 
+def _ld_in_order(matrix: np.ndarray, order: str):
+    """The leading dimension (elements) of a matrix read in row ('r') or column ('c') order,
+    or None where its strides do not allow that order. A dimension of size 1 has any stride:
+    a (rows x 1) matrix is column-major with ld = rows whatever its row stride."""
+    item = matrix.itemsize
+    rows, cols = matrix.shape
+    s0, s1 = matrix.strides
+    if order == "c":  # read the transpose in row order
+        rows, cols, s0, s1 = cols, rows, s1, s0
+    if cols > 1 and s1 != item:
+        return None
+    if rows == 1:
+        return max(cols, 1)
+    if s0 <= 0 or s0 % item or s0 // item < cols:
+        return None
+    return s0 // item
+
+
 def _as_order(matrix: np.ndarray, order: str) -> tuple[np.ndarray, int]:
     """The matrix in row ('r') or column ('c') order, copied only when needed, with its ld."""
-    found = matrix_order(matrix)
-    if found is not None and found[0] == order:
-        return matrix, found[1]
+    ld = _ld_in_order(matrix, order)
+    if ld is not None:
+        return matrix, ld
     converted = np.ascontiguousarray(matrix) if order == "r" else np.asfortranarray(matrix)
-    return converted, matrix_order(converted)[1]
+    return converted, _ld_in_order(converted, order)
+
+
+def _no_broadcast(name: str, array) -> None:
+    """Refuses a host array with a zero stride along a dimension longer than 1 (np.broadcast_to):
+    it would be copied into a full array, possibly huge, without the caller asking."""
+    if isinstance(array, np.ndarray) and any(n > 1 and st == 0 for n, st in zip(array.shape, array.strides)):
+        raise InvalidArgumentError(f"{name} has a zero stride (a broadcast array, shape {array.shape}): "
+                                   "materialize it first with np.ascontiguousarray if that is intended")
+
+
+def _check_out(out: np.ndarray, inputs: dict) -> None:
+    """A host out array: writeable and sharing no memory with an input (no in-place runs)."""
+    if not out.flags.writeable:
+        raise InvalidArgumentError("out is read-only: pass a writeable array")
+    for name, array in inputs.items():
+        if isinstance(array, np.ndarray) and np.may_share_memory(out, array) and np.shares_memory(out, array):
+            raise InvalidArgumentError(f"out overlaps {name}: in-place is not supported, pass a separate out array")
 
 
 def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
@@ -171,7 +206,10 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     float8_e4m3fn or float8_e5m2 (output: float32, float16, else bfloat16). Row- or
     column-major inputs, padded leading dimensions included, are used in place; `layout`
     ('rcr', 'rrr', 'crr', 'ccr') forces one, copying what does not match. `out`, when
-    given, must be a row-major (M x N) array of the output type. `kernel` runs a named one.
+    given, must be a writeable row-major (M x N) array of the output type sharing no memory
+    with a or b (in-place is not supported). `kernel` runs a named one. M, N and K must be
+    positive. Broadcast numpy inputs (a zero stride, np.broadcast_to) are refused rather than
+    silently copied: pass np.ascontiguousarray(x) to materialize them.
     """
     global _TENSOR
     if _TENSOR is None and type(a).__name__ == "Tensor" and is_torch(a):
@@ -188,6 +226,10 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
         raise InvalidArgumentError(f"gemm takes two matrices, got shapes {a.shape} and {b.shape}")
     if a.shape[1] != b.shape[0]:
         raise InvalidArgumentError(f"inner dimensions differ: A is {a.shape}, B is {b.shape}")
+    if 0 in a.shape or 0 in b.shape:
+        raise InvalidArgumentError(f"M, N and K must be positive, got A {a.shape} and B {b.shape}")
+    _no_broadcast("a", a)
+    _no_broadcast("b", b)
     dtype = dtype_of(a)
     if dtype_of(b) is not dtype:
         raise TypeError(f"A and B must share an element type, got {a.dtype} and {b.dtype}")
@@ -211,8 +253,11 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     out_dtype = numpy_dtype(dtype.out)
     if out is None:
         out = np.empty((M, N), dtype=out_dtype)
-    elif out.shape != (M, N) or out.dtype != out_dtype:
-        raise InvalidArgumentError(f"out must be a ({M}, {N}) {out_dtype} array, got {out.shape} {out.dtype}")
+    elif not isinstance(out, np.ndarray) or out.shape != (M, N) or out.dtype != out_dtype:
+        raise InvalidArgumentError(f"out must be a ({M}, {N}) {out_dtype} numpy array, "
+                                   f"got {getattr(out, 'shape', None)} {getattr(out, 'dtype', type(out).__name__)}")
+    else:
+        _check_out(out, {"a": a, "b": b})
     order_c = matrix_order(out)
     if order_c is None or order_c[0] != "r":
         raise InvalidArgumentError("out must be row-major with unit column stride")
@@ -235,6 +280,7 @@ def _check_channels_last(name: str, array, shape: tuple):
     if tuple(array.shape) != tuple(shape):
         raise InvalidArgumentError(f"{name} must have shape {tuple(shape)}, got {tuple(array.shape)}")
     if not is_device_array(array):
+        _no_broadcast(name, array)
         return np.ascontiguousarray(array)
     d = DeviceArray(array)
     expect, acc = [], 1
@@ -263,10 +309,19 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     weight (G*K, C, Y, X) likewise, permuted to (G*K, Y, X, C).
     split_k (bwd_weight on kernels with a batch split, sm_90a `..._s<max>`): the number of
     batch slices, at most the kernel's maximum and the batch (0: the kernel's choice).
+    stride, padding, dilation, groups and split_k are Python or numpy integers (or tuples of
+    them) within the C int range; anything else raises InvalidArgumentError. A numpy `out`
+    must be writeable and share no memory with the inputs (in-place is not supported).
+    Broadcast numpy inputs (a zero stride, np.broadcast_to) are refused rather than silently
+    copied: pass np.ascontiguousarray(x) to materialize them.
     """
-    if int(split_k) < 0:
+    if isinstance(split_k, (int, np.integer)) and split_k < 0:
         raise InvalidArgumentError(f"split_k must not be negative, got {split_k}")
-    direction = Direction.parse(direction) if isinstance(direction, str) else direction
+    split_k = _integer(split_k, "split_k", 0, INT32_MAX)
+    if isinstance(direction, str):
+        direction = Direction.parse(direction)
+    if not isinstance(direction, Direction):
+        raise InvalidArgumentError(f"unknown direction {direction!r} (expected fwd, bwd_data or bwd_weight)")
     on_device = is_device_array(x) or is_device_array(w)
     if on_device:
         if not (is_device_array(x) and is_device_array(w)) or (out is not None and not is_device_array(out)):
@@ -283,9 +338,7 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     if ndim not in (1, 2, 3) or len(w.shape) != len(x.shape):
         raise InvalidArgumentError(
             f"expected tensors of rank 3, 4 or 5 (N, *spatial, channels), got {tuple(x.shape)} and {tuple(w.shape)}")
-    G = int(groups)
-    if G <= 0:
-        raise InvalidArgumentError("groups must be positive")
+    G = _integer(groups, "groups", 1, INT32_MAX)
 
     def per_group(total, what):
         if total % G:
@@ -293,7 +346,15 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
         return total // G
 
     def spatial(value, what):
-        return (value,) * ndim if isinstance(value, int) else tuple(value)
+        if isinstance(value, (int, np.integer)):
+            value = (value,) * ndim
+        try:
+            value = tuple(value)
+        except TypeError:
+            raise InvalidArgumentError(f"{what} must be an integer or a tuple of integers, got {value!r}") from None
+        if len(value) != ndim:
+            raise InvalidArgumentError(f"{what} needs {ndim} values (one per spatial dim), got {len(value)}")
+        return tuple(_integer(v, what, 0 if what == "padding" else 1, INT32_MAX) for v in value)
 
     s, p, dl = spatial(stride, "stride"), spatial(padding, "padding"), spatial(dilation, "dilation")
     if direction is Direction.FWD:
@@ -343,8 +404,11 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     out_dtype = numpy_dtype(dtype.out)
     if out is None:
         out = np.empty(shape, dtype=out_dtype)
-    elif out.shape != shape or out.dtype != out_dtype or not out.flags.c_contiguous:
+    elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != out_dtype \
+            or not out.flags.c_contiguous:
         raise InvalidArgumentError(f"out must be a contiguous {shape} {out_dtype} array")
+    else:
+        _check_out(out, {"x": x, "w": w})
     tensors[slot] = out
     dispatcher("conv", target).run(problem, *tensors, kernel=kernel)
     return out

@@ -7,7 +7,8 @@ import numpy as np
 
 from . import _ffi, selection
 from ._registry import registry
-from .arrays import DeviceArray, is_device_array, pointer
+from .arrays import DeviceArray, is_device_array, numpy_dtype, pointer
+from .codegen import Direction
 from .errors import InvalidArgumentError
 from .problems import ConvProblem, GemmProblem
 
@@ -15,10 +16,40 @@ PROBLEM_TYPE = {"gemm": GemmProblem, "conv": ConvProblem}
 
 
 def _span(array: np.ndarray) -> int:
-    """Elements from an array's first element to its last, strides included."""
+    """Whole elements from an array's first element to the end of its last, strides (in
+    bytes, whatever the element size) included."""
     if array.size == 0:
         return 0
-    return 1 + sum((n - 1) * (st // array.itemsize) for n, st in zip(array.shape, array.strides))
+    return (array.itemsize + sum((n - 1) * st for n, st in zip(array.shape, array.strides))) // array.itemsize
+
+
+def _written(problem) -> int:
+    """The index (of a, b, c) of the tensor a run writes: C for gemm; by direction for conv."""
+    if isinstance(problem, GemmProblem):
+        return 2
+    return {Direction.FWD: 2, Direction.BWD_DATA: 0, Direction.BWD_WEIGHT: 1}[problem.direction]
+
+
+def _check_gemm_layout(problem: GemmProblem, arrays, names) -> None:
+    """A 2-D numpy operand of its logical shape ((M, K), (K, N), (M, N)) must be laid out as the
+    problem says (row- or column-major) with the problem's leading dimension. Other shapes (flat
+    buffers, the transposed storage of a column-major operand) are checked by their span only;
+    a square operand is ambiguous and not checked."""
+    M, N, K, lay = problem.M, problem.N, problem.K, problem.layout
+    specs = ((M, K, lay.a_row, problem.lda or (K if lay.a_row else M)),
+             (K, N, lay.b_row, problem.ldb or (N if lay.b_row else K)),
+             (M, N, True, problem.ldc or N))
+    for array, name, (rows, cols, row_major, ld) in zip(arrays, names, specs):
+        if not isinstance(array, np.ndarray) or array.ndim != 2 or array.shape != (rows, cols) or rows == cols:
+            continue
+        item = array.itemsize
+        s0, s1 = array.strides
+        want0, want1 = (ld * item, item) if row_major else (item, ld * item)
+        if (rows > 1 and s0 != want0) or (cols > 1 and s1 != want1):
+            order = "row" if row_major else "column"
+            raise InvalidArgumentError(
+                f"{name} ({rows}x{cols}, strides {array.strides}) is not {order}-major with leading dimension "
+                f"{ld} as the problem's layout {lay.key} says")
 
 
 def _address(value, what: str) -> int | None:
@@ -142,9 +173,28 @@ class Dispatcher:
         names = ("A", "B", "C") if self.op == "gemm" else ("input", "weight", "output")
         c_problem = self._problem(problem)
         values = (a, b, c)
-        for value, name, need in zip(values, names, problem.required_elements()):
-            if isinstance(value, np.ndarray) and _span(value) < need:
+        written = _written(problem)
+        in_type, out_type = numpy_dtype(problem.dtype), numpy_dtype(problem.dtype.out)
+        for i, (value, name, need) in enumerate(zip(values, names, problem.required_elements())):
+            if not isinstance(value, np.ndarray):
+                continue
+            want = out_type if i == written else in_type
+            if value.dtype != want:
+                raise InvalidArgumentError(f"{name} holds {value.dtype}, the {problem.dtype.key} problem needs {want}")
+            if _span(value) < need:
                 raise InvalidArgumentError(f"{name} spans {_span(value)} elements, the problem needs {need}")
+        if isinstance(problem, GemmProblem):
+            _check_gemm_layout(problem, values, names)
+        out, out_name = values[written], names[written]
+        if isinstance(out, np.ndarray):
+            if not out.flags.writeable:
+                raise InvalidArgumentError(f"out is read-only: {out_name} is written and must be a writeable array")
+            for i, (value, name) in enumerate(zip(values, names)):
+                if i != written and isinstance(value, np.ndarray) and np.may_share_memory(out, value) \
+                        and np.shares_memory(out, value):
+                    raise InvalidArgumentError(f"{out_name} (written) overlaps {name}: in-place is not supported")
+        if isinstance(workspace, np.ndarray) and workspace_bytes is not None and workspace.nbytes < workspace_bytes:
+            raise InvalidArgumentError(f"workspace holds {workspace.nbytes} bytes, workspace_bytes says {workspace_bytes}")
         hosted = [isinstance(v, np.ndarray) for v in values]
         time_ms = ctypes.c_float(0.0)
         time_ref = ctypes.byref(time_ms) if timed else None

@@ -4,9 +4,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import _ffi
 from .codegen import Direction, DType, Layout
 from .codegen.model import coerce as _coerce
+from .errors import InvalidArgumentError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _integer(value, what: str, low: int, high: int) -> int:
+    """value as a Python int: a Python or numpy integer (not bool, not a float) within
+    [low, high] (the C field's range), else InvalidArgumentError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{what} = {value} is out of range (must be in [{low}, {high}])")
+    return value
 
 
 @dataclass(frozen=True)
@@ -29,6 +46,17 @@ class GemmProblem:
     def __post_init__(self):
         _coerce(self, "dtype", DType.parse)
         _coerce(self, "layout", Layout.parse)
+        if not isinstance(self.dtype, DType) or not isinstance(self.layout, Layout):
+            raise InvalidArgumentError(f"unknown dtype {self.dtype!r} or layout {self.layout!r}")
+        # the C struct's fields: int64 sizes and leading dims, int32 knobs
+        for name in ("M", "N", "K", "lda", "ldb", "ldc"):
+            object.__setattr__(self, name, _integer(getattr(self, name), name, -INT64_MAX - 1, INT64_MAX))
+        if min(self.M, self.N, self.K) < 1:
+            raise InvalidArgumentError(f"M, N and K must be positive (got M={self.M} N={self.N} K={self.K})")
+        for name in ("lda", "ldb", "ldc"):
+            _integer(getattr(self, name), name, 0, INT64_MAX)
+        for name in ("splits", "raster", "swizzle"):
+            object.__setattr__(self, name, _integer(getattr(self, name), name, 0, INT32_MAX))
 
     @property
     def flops(self) -> int:
@@ -50,13 +78,17 @@ class GemmProblem:
                                   self.swizzle)
 
 
-def _spatial(value, ndim: int, what: str) -> tuple:
-    if isinstance(value, int):
-        return (value,) * ndim
-    value = tuple(int(v) for v in value)
+def _spatial(value, ndim: int, what: str, low: int = 1) -> tuple:
+    """One integer per spatial dim, each within [low, INT32_MAX] (C int fields)."""
+    if isinstance(value, (int, np.integer)):
+        value = (value,) * ndim
+    try:
+        value = tuple(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} must be an integer or a tuple of integers, got {value!r}") from None
     if len(value) != ndim:
-        raise ValueError(f"{what} needs {ndim} values (one per spatial dim), got {len(value)}")
-    return value
+        raise InvalidArgumentError(f"{what} needs {ndim} values (one per spatial dim), got {len(value)}")
+    return tuple(_integer(v, what, low, INT32_MAX) for v in value)
 
 
 @dataclass(frozen=True)
@@ -81,13 +113,21 @@ class ConvProblem:
     def __post_init__(self):
         _coerce(self, "direction", Direction.parse)
         _coerce(self, "dtype", DType.parse)
+        if not isinstance(self.direction, Direction):
+            raise InvalidArgumentError(f"unknown direction {self.direction!r} (expected fwd, bwd_data or bwd_weight)")
+        if not isinstance(self.dtype, DType):
+            raise InvalidArgumentError(f"unknown dtype {self.dtype!r}")
+        # every field goes to a C int: sizes, strides and dilations positive, pads non-negative
+        for name in ("N", "G", "C", "K"):
+            object.__setattr__(self, name, _integer(getattr(self, name), name, 1, INT32_MAX))
+        object.__setattr__(self, "split_k", _integer(self.split_k, "split_k", 0, INT32_MAX))
         ndim = len(tuple(self.input_size))
         if ndim not in (1, 2, 3):
             raise ValueError(f"convolution takes 1, 2 or 3 spatial dims, got {ndim}")
         object.__setattr__(self, "input_size", _spatial(self.input_size, ndim, "input_size"))
         object.__setattr__(self, "filter_size", _spatial(self.filter_size, ndim, "filter_size"))
         for name in ("stride", "padding", "dilation"):
-            object.__setattr__(self, name, _spatial(getattr(self, name), ndim, name))
+            object.__setattr__(self, name, _spatial(getattr(self, name), ndim, name, 0 if name == "padding" else 1))
 
     @property
     def ndim(self) -> int:
