@@ -279,3 +279,33 @@ def test_conv_broadcast_input_is_refused():
 def test_gemm_empty_dimensions_are_refused(shape_a, shape_b):
     with pytest.raises(td.InvalidArgumentError, match="M, N and K must be positive"):
         td.gemm(np.ones(shape_a, np.float32), np.ones(shape_b, np.float32))
+
+
+# ---- device arrays: an address-range overlap check (no GPU needed: nothing runs) ---------------
+
+class FakeCudaArray:
+    """Only __cuda_array_interface__: enough for the checks that come before any launch."""
+
+    def __init__(self, ptr, shape, strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": "<f4",
+                                         "strides": strides, "version": 3}
+
+
+def test_device_out_overlapping_an_input_is_refused():
+    base = 1 << 40
+    # without the check the cpu library would be handed these (unmapped) addresses
+    expect_refused("""
+        class FakeCudaArray:
+            def __init__(self, ptr, shape):
+                self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": "<f4",
+                                                 "strides": None, "version": 3}
+        base = 1 << 40
+        a, b = FakeCudaArray(base, (8, 8)), FakeCudaArray(base + 4096, (8, 8))
+        attempt(lambda: td.gemm(a, b, out=FakeCudaArray(base + 4096 + 252, (8, 8)), target="cpu"))
+    """, "in-place is not supported")
+    p = td.ConvProblem(1, 1, 8, 8, (8, 8), (3, 3))
+    x, w = FakeCudaArray(base, p.input_shape), FakeCudaArray(base + (1 << 20), p.weight_shape)
+    with pytest.raises(td.InvalidArgumentError, match="output .written. overlaps input: in-place is not supported"):
+        CONV.run(p, x, w, FakeCudaArray(base + 128, p.output_shape))
+    with pytest.raises(td.InvalidArgumentError, match="runs on the host"):  # no overlap: the next check
+        CONV.run(p, x, w, FakeCudaArray(base + (2 << 20), p.output_shape))

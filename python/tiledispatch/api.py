@@ -105,6 +105,8 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
     oc = dc.matrix_order()
     if oc is None or oc[0] != "r":
         raise InvalidArgumentError("out must be row-major with unit column stride")
+    if dc.overlaps(da) or dc.overlaps(db):
+        raise InvalidArgumentError("out overlaps an input: in-place is not supported, pass a separate out array")
     problem = GemmProblem(M, N, K, dtype, lay, oa[1], ob[1], oc[1], alpha)
     d.run(problem, da.ptr, db.ptr, dc.ptr, kernel=kernel, stream=da.stream(), timed=False)
     return out

@@ -125,6 +125,22 @@ class DeviceArray:
             return cuda.device_array(shape, dtype=dtype.numpy_name)
         raise TypeError(f"cannot allocate an output like a {type(self.obj).__name__}: pass out=")
 
+    def byte_range(self) -> tuple:
+        """[first, end) device addresses the array's elements cover, strides included."""
+        item = self.dtype.nbytes
+        if 0 in self.shape:
+            return self.ptr, self.ptr
+        low = sum(min(0, (n - 1) * s) for n, s in zip(self.shape, self.strides)) * item
+        high = sum(max(0, (n - 1) * s) for n, s in zip(self.shape, self.strides)) * item + item
+        return self.ptr + low, self.ptr + high
+
+    def overlaps(self, other: "DeviceArray") -> bool:
+        """True where the two arrays' address ranges intersect (a conservative test: two
+        interleaved views of one buffer count as overlapping)."""
+        a0, a1 = self.byte_range()
+        b0, b1 = other.byte_range()
+        return a0 < b1 and b0 < a1
+
     def matrix_order(self):
         """('r', ld), ('c', ld) or None, as matrix_order() for host arrays."""
         if len(self.shape) != 2:

@@ -193,6 +193,11 @@ class Dispatcher:
                 if i != written and isinstance(value, np.ndarray) and np.may_share_memory(out, value) \
                         and np.shares_memory(out, value):
                     raise InvalidArgumentError(f"{out_name} (written) overlaps {name}: in-place is not supported")
+        if is_device_array(out):
+            written_range = DeviceArray(out)
+            for i, (value, name) in enumerate(zip(values, names)):
+                if i != written and is_device_array(value) and written_range.overlaps(DeviceArray(value)):
+                    raise InvalidArgumentError(f"{out_name} (written) overlaps {name}: in-place is not supported")
         if isinstance(workspace, np.ndarray) and workspace_bytes is not None and workspace.nbytes < workspace_bytes:
             raise InvalidArgumentError(f"workspace holds {workspace.nbytes} bytes, workspace_bytes says {workspace_bytes}")
         hosted = [isinstance(v, np.ndarray) for v in values]
