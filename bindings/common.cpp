@@ -10,6 +10,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef __unix__
+#include <unistd.h>
+#endif
 
 namespace td {
 
@@ -46,7 +49,19 @@ int fail(int status, const std::string& message) {
 
 void clear_error() { last_error.clear(); }
 
+#if defined(_OPENMP) && defined(__unix__)
+namespace {
+// The process that loaded the library. In a process forked from it libgomp's thread pool
+// (the parent's threads) is gone, and a parallel region waits for them forever: there the
+// cpu kernels run on the calling thread only.
+const pid_t loaded_pid = getpid();
+}  // namespace
+#endif
+
 int host_threads() {
+#if defined(_OPENMP) && defined(__unix__)
+    if (getpid() != loaded_pid) return 1;
+#endif
 #ifdef _OPENMP
     return omp_get_max_threads();
 #else

@@ -19,6 +19,9 @@ int check_problem(const TdConvProblem* p, ConvGeometry* g) {
     if (p->base.direction < 0 || p->base.direction >= TD_CONV_DIRECTION_COUNT)
         return fail(TD_ERROR, "unknown direction code " + std::to_string(p->base.direction));
     if (p->base.split_k < 0) return fail(TD_ERROR, "split_k must not be negative");
+    if (p->base.split_k > kMaxSplits)
+        return fail(TD_ERROR, "split_k " + std::to_string(p->base.split_k) + " is above the maximum " +
+                                  std::to_string(kMaxSplits));
     const std::string why = conv_geometry(*p, g);
     if (!why.empty()) return fail(TD_ERROR, "bad convolution problem: " + why);
     return TD_OK;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dispatcher.hpp"
+#include "tiledispatch/checked.hpp"
 #include "tiledispatch/device.hpp"
 
 namespace td {
@@ -33,6 +34,27 @@ int check_problem(const TdGemmProblem* p) {
         return fail(TD_ERROR, "ldb " + std::to_string(p->ldb) + " is below " + std::to_string(min_ldb));
     if (p->ldc < 0 || (p->ldc && p->ldc < min_ldc))
         return fail(TD_ERROR, "ldc " + std::to_string(p->ldc) + " is below " + std::to_string(min_ldc));
+    if (p->splits > kMaxSplits)
+        return fail(TD_ERROR, "splits " + std::to_string(p->splits) + " is above the maximum " +
+                                  std::to_string(kMaxSplits));
+    // Every operand's extent (leading dimensions included) in bytes must fit in int64.
+    const int64_t lda = p->lda ? p->lda : min_lda, ldb = p->ldb ? p->ldb : min_ldb, ldc = p->ldc ? p->ldc : min_ldc;
+    const int64_t a_rows = a_row(*p) ? p->M : p->K, b_rows = b_row(*p) ? p->K : p->N;
+    const int64_t a_cols = a_row(*p) ? p->K : p->M, b_cols = b_row(*p) ? p->N : p->K;
+    const int64_t elem = 8;  // no element type is wider
+    int64_t t;
+    struct { const char* what; int64_t rows, ld, cols; } ops[] = {
+        {"A", a_rows, lda, a_cols}, {"B", b_rows, ldb, b_cols}, {"C", p->M, ldc, p->N}};
+    for (const auto& o : ops)
+        if (!checked_mul(o.rows - 1, o.ld, &t) || !checked_add(t, o.cols, &t) || !checked_mul(t, elem, &t))
+            return fail(TD_ERROR, std::string("the problem is too large: ") + o.what + " spans " +
+                                      std::to_string(o.rows) + " x " + std::to_string(o.ld) +
+                                      " elements, more bytes than a pointer can address (M=" +
+                                      std::to_string(p->M) + " N=" + std::to_string(p->N) + " K=" +
+                                      std::to_string(p->K) + ")");
+    if (!checked_mul(p->M, p->N, &t) || !checked_mul(t, p->K, &t))
+        return fail(TD_ERROR, "the problem is too large: M*N*K overflows int64 (M=" + std::to_string(p->M) +
+                                  " N=" + std::to_string(p->N) + " K=" + std::to_string(p->K) + ")");
     return TD_OK;
 }
 

@@ -6,6 +6,7 @@
 // float64 reference on the same quantized inputs, with the tolerance of
 // python/tiledispatch/reference.py: |c - ref| <= (8 * 2^-24 * sqrt(K) + u_out) * sum_k |a_ik b_kj|,
 // u_out the unit roundoff of the output type (2^-24 fp32, 2^-11 fp16, 2^-8 bf16).
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,19 +35,43 @@ static int usage() {
 
 static bool parse_size(const char* text, int64_t* out) {
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(text, &end, 10);
-    if (!end || *end || v <= 0) return false;
+    if (!end || end == text || *end || errno == ERANGE || v <= 0) return false;
     *out = v;
     return true;
+}
+
+// The most elements A, B and C may hold together: the host buffers (fp32 copies plus the
+// 16-bit storage) stay below about 6 GiB.
+static const int64_t kMaxElements = int64_t(1) << 30;
+
+// The JSON error on stdout, the message on stderr; returns the exit code.
+static int arg_error(const std::string& message, int code) {
+    std::fprintf(stderr, "gpu_helper: %s\n", message.c_str());
+    std::printf("{\"status\":\"error\",\"code\":%d,\"error\":\"%s\"}\n", TD_ERROR,
+                json_escape(message.c_str()).c_str());
+    return code;
+}
+
+// Whether M*K + K*N + M*N fits in kMaxElements (no product may wrap on the way).
+static bool sizes_fit(int64_t M, int64_t N, int64_t K) {
+    const int64_t cap = kMaxElements;
+    if (M > cap || N > cap || K > cap) return false;
+    if (M > cap / K || K > cap / N || M > cap / N) return false;
+    return M * K + K * N + M * N <= cap;
 }
 
 int main(int argc, char** argv) {
     if (argc < 4 || argc > 5) return usage();
     int64_t M, N, K;
-    if (!parse_size(argv[1], &M) || !parse_size(argv[2], &N) || !parse_size(argv[3], &K)) {
-        std::fprintf(stderr, "gpu_helper: M, N and K must be positive integers\n");
-        return 2;
-    }
+    if (!parse_size(argv[1], &M) || !parse_size(argv[2], &N) || !parse_size(argv[3], &K))
+        return arg_error(std::string("M, N and K must be positive integers below 2^63 (got ") + argv[1] + " " +
+                         argv[2] + " " + argv[3] + ")", 2);
+    if (!sizes_fit(M, N, K))
+        return arg_error("the problem is too large: M*K + K*N + M*N must be at most " +
+                         std::to_string(kMaxElements) + " elements (got M=" + std::to_string(M) + " N=" +
+                         std::to_string(N) + " K=" + std::to_string(K) + ")", 1);
     const bool validate = argc == 5 && std::strcmp(argv[4], "--validate") == 0;
     if (argc == 5 && !validate) return usage();
 

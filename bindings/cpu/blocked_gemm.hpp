@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "dispatcher.hpp"
+#include "tiledispatch/checked.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -29,13 +30,8 @@
 
 namespace td::cpu {
 
-inline int max_threads() {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
+// OpenMP's thread count; 1 in a process forked after the library was loaded (common.cpp).
+inline int max_threads() { return host_threads(); }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -219,7 +215,7 @@ struct Engine {
         StreamK sk;
         sk.s = shape(op);
         sk.total = sk.s.tiles * sk.s.iters;
-        sk.workers = std::max<int64_t>(1, std::min<int64_t>(workers, sk.total));
+        sk.workers = std::max<int64_t>(1, std::min<int64_t>({workers, sk.total, kMaxSplits}));
         for (int64_t w = 1; w < sk.workers; ++w) {
             const int64_t b = sk.begin(w);
             if (b % sk.s.iters != 0) {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -37,14 +38,29 @@ def _validation(result, ref, mag, dtype, k) -> dict:
     return {"accuracy": round(cmp["accuracy"], 4), "max_error": cmp["max_error"]}
 
 
+# The most elements the command allocates for one problem's tensors together (host arrays:
+# about 16 GiB as fp32); a larger problem is refused before any allocation.
+MAX_ELEMENTS = 1 << 32
+
+
+def _check_elements(*shapes) -> None:
+    total = sum(math.prod(shape) for shape in shapes)
+    if total > MAX_ELEMENTS:
+        raise ValueError(f"the problem is too large for this command: its tensors hold {total} elements, "
+                         f"at most {MAX_ELEMENTS}")
+
+
 def cmd_gemm(args) -> dict:
     M, N, K = args.M, args.N, args.K
+    if min(M, N, K) < 1:
+        raise ValueError(f"M, N and K must be positive (got M={M} N={N} K={K})")
     dtype, layout = DType.parse(args.dtype), Layout.parse(args.layout)
     out = {"problem": {"M": M, "N": N, "K": K, "dtype": dtype.key, "layout": layout.key}}
     d = Dispatcher("gemm", args.target)
     problem = GemmProblem(M, N, K, dtype, layout)
     kernel = args.kernel or d.select(problem)
     out["kernel"] = kernel
+    _check_elements((M, K), (K, N), (M, N))
     rng = np.random.default_rng(args.seed)
     a, b = random((M, K), dtype, rng), random((K, N), dtype, rng)
     a_mem = a if layout.a_row else np.asfortranarray(a)
@@ -70,6 +86,15 @@ def cmd_conv(args) -> dict:
             raise ValueError(f"--{what} takes 1 or {ndim} values")
         return tuple(values)
 
+    for what, values, low in (("input", args.input, 1), ("filter", args.filter, 1), ("stride", args.stride, 1),
+                              ("dilation", args.dilation, 1), ("pad", args.pad, 0)):
+        if min(values) < low:
+            raise ValueError(f"--{what} values must be at least {low} (got {' '.join(map(str, values))})")
+    for what in ("N", "G", "C", "K"):
+        if getattr(args, what) < 1:
+            raise ValueError(f"--{what} must be positive (got {getattr(args, what)})")
+    if args.split_k < 0:
+        raise ValueError(f"--split-k must not be negative (got {args.split_k})")
     problem = ConvProblem(args.N, args.G, args.C, args.K, tuple(args.input), dims(args.filter, "filter"),
                           dims(args.stride, "stride"), dims(args.pad, "pad"),
                           dims(args.dilation, "dilation"), Direction.parse(args.direction), dtype,
@@ -82,6 +107,7 @@ def cmd_conv(args) -> dict:
     d = Dispatcher("conv", args.target)
     kernel = args.kernel or d.select(problem)
     out["kernel"] = kernel
+    _check_elements(problem.input_shape, problem.weight_shape, problem.output_shape)
     rng = np.random.default_rng(args.seed)
     x = random(problem.input_shape, dtype, rng)
     w = random(problem.weight_shape, dtype, rng)
@@ -131,6 +157,12 @@ def _run_json(fn, args) -> int:
         print(json.dumps({"status": "error", "code": status,
                           "error": getattr(err, "message", str(err))}))
         return 1
+    except MemoryError:
+        print(json.dumps({"status": "error", "code": -1, "error": "out of host memory"}))
+        return 1
+    except Exception as err:  # noqa: BLE001 - the command answers in JSON whatever fails
+        print(json.dumps({"status": "error", "code": -1, "error": f"{type(err).__name__}: {err}"}))
+        return 1
     failed = "validation" in out and out["validation"]["accuracy"] < 100.0
     out["status"] = "error" if failed else "success"
     if failed:
@@ -139,12 +171,38 @@ def _run_json(fn, args) -> int:
     return 1 if failed else 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one change for the JSON commands (gemm, conv): a usage error keeps the
+    usage text on stderr and also prints the JSON error on stdout, exit code 1."""
+
+    json_errors = False
+
+    def error(self, message):
+        if not self.json_errors:
+            super().error(message)
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(json.dumps({"status": "error", "code": -1, "error": message}))
+        sys.exit(1)
+
+    def parse_args(self, args=None, namespace=None):
+        # Unrecognized arguments are found by the top-level parser: the command's parser
+        # reports them, so gemm and conv answer in JSON for them too.
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(self, "commands", {}).get(getattr(parsed, "command", None), self)
+            command.error("unrecognized arguments: " + " ".join(extra))
+        return parsed
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tiledispatch", description="Run and inspect tiledispatch kernels.")
+    parser = _Parser(prog="tiledispatch", description="Run and inspect tiledispatch kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
     dtypes = [d.key for d in DType]
 
     p = sub.add_parser("gemm", help="run one GEMM, print JSON")
+    p.json_errors = True
+    parser.commands = {"gemm": p}
     p.add_argument("M", type=int)
     p.add_argument("N", type=int)
     p.add_argument("K", type=int)
@@ -153,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     _run_args(p)
 
     p = sub.add_parser("conv", help="run one grouped convolution, print JSON")
+    p.json_errors = True
+    parser.commands["conv"] = p
     p.add_argument("--N", type=int, default=1, help="batch")
     p.add_argument("--G", type=int, default=1, help="groups")
     p.add_argument("--C", type=int, default=8, help="input channels per group")
@@ -225,6 +285,19 @@ def gpu_helper_main() -> int:
 
 
 def main(argv=None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader closed the pipe (`tiledispatch list | head -1`): stop quietly; stdout
+        # goes to /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "gemm":
         return _run_json(cmd_gemm, args)

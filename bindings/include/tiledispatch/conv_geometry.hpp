@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tiledispatch/checked.hpp"
 #include "tiledispatch/tiledispatch.h"
 
 namespace td {
@@ -42,7 +43,22 @@ inline std::string conv_geometry(const TdConvProblem& p, ConvGeometry* g) {
         const int64_t padded = (int64_t)in[d] + 2 * pad[d];
         if (padded < span) return "the filter is larger than the padded input";
         g->out[d] = (padded - span) / st[d] + 1;
+        if (g->out[d] < 1) return "the output size is below 1";
     }
+    // Pixel counts and every tensor's size in bytes (8 per element at most) must fit in int64.
+    int64_t in_px = 1, out_px = 1, taps = 1, t;
+    for (int d = 0; d < 3; ++d)
+        if (!checked_mul(in_px, g->in[d], &in_px) || !checked_mul(out_px, g->out[d], &out_px) ||
+            !checked_mul(taps, g->fil[d], &taps))
+            return "the pixel count overflows int64";
+    const int64_t tensors[3][4] = {{g->N, in_px, g->G, g->C}, {g->N, out_px, g->G, g->K}, {g->G, g->K, g->C, taps}};
+    for (const auto& dims : tensors) {
+        t = 8;
+        for (int64_t v : dims)
+            if (!checked_mul(t, v, &t)) return "a tensor's size overflows int64 (the problem is too large)";
+    }
+    if (!checked_mul(g->N * out_px, g->G * g->K, &t) || !checked_mul(t, g->C, &t) || !checked_mul(t, taps, &t))
+        return "the operation count overflows int64 (the problem is too large)";
     return "";
 }
 
