@@ -14,7 +14,7 @@ from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_t
 from .codegen import Direction, Layout
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
-from .problems import INT32_MAX, ConvProblem, GemmProblem, _integer
+from .problems import INT32_MAX, ConvProblem, GemmProblem, _integer, _spatial
 
 
 _LAYOUT = {(True, False): Layout.RCR, (True, True): Layout.RRR, (False, True): Layout.CRR, (False, False): Layout.CCR}
@@ -347,18 +347,8 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
             raise InvalidArgumentError(f"{what} {total} is not divisible by groups={G}")
         return total // G
 
-    def spatial(value, what):
-        if isinstance(value, (int, np.integer)):
-            value = (value,) * ndim
-        try:
-            value = tuple(value)
-        except TypeError:
-            raise InvalidArgumentError(f"{what} must be an integer or a tuple of integers, got {value!r}") from None
-        if len(value) != ndim:
-            raise InvalidArgumentError(f"{what} needs {ndim} values (one per spatial dim), got {len(value)}")
-        return tuple(_integer(v, what, 0 if what == "padding" else 1, INT32_MAX) for v in value)
-
-    s, p, dl = spatial(stride, "stride"), spatial(padding, "padding"), spatial(dilation, "dilation")
+    s, p, dl = (_spatial(stride, ndim, "stride"), _spatial(padding, ndim, "padding", low=0),
+                _spatial(dilation, ndim, "dilation"))
     if direction is Direction.FWD:
         N, C, K = x.shape[0], per_group(x.shape[-1], "input channels"), per_group(w.shape[0], "filters")
         problem = ConvProblem(N, G, C, K, x.shape[1:-1], w.shape[1:-1], s, p, dl, direction, dtype)
