@@ -19,9 +19,9 @@ namespace td {
 namespace {
 thread_local std::string last_error;
 
-// The options as one bit each, so one load reads all three consistently.
-constexpr unsigned kOptionTma = 1, kOptionPdl = 2, kOptionMultiRow = 4;
-std::atomic<unsigned> option_bits{kOptionTma | kOptionPdl | kOptionMultiRow};
+// The options as one bit each, so one load reads all of them consistently.
+constexpr unsigned kOptionTma = 1, kOptionPdl = 2, kOptionMultiRow = 4, kOptionVendor = 8;
+std::atomic<unsigned> option_bits{kOptionTma | kOptionPdl | kOptionMultiRow | kOptionVendor};
 
 // TD_OK when an options field is 0 or 1; TD_ERROR naming it otherwise.
 int check_option(const char* field, int32_t value) {
@@ -36,6 +36,7 @@ TdOptions options() {
     out.tma = (bits & kOptionTma) ? 1 : 0;
     out.pdl = (bits & kOptionPdl) ? 1 : 0;
     out.multi_row = (bits & kOptionMultiRow) ? 1 : 0;
+    out.vendor = (bits & kOptionVendor) ? 1 : 0;
     return out;
 }
 
@@ -101,8 +102,9 @@ TD_API int td_set_options(const TdOptions* in) {
     if (int s = td::check_option("tma", in->tma)) return s;
     if (int s = td::check_option("pdl", in->pdl)) return s;
     if (int s = td::check_option("multi_row", in->multi_row)) return s;
+    if (int s = td::check_option("vendor", in->vendor)) return s;
     td::option_bits.store((in->tma ? td::kOptionTma : 0u) | (in->pdl ? td::kOptionPdl : 0u) |
-                              (in->multi_row ? td::kOptionMultiRow : 0u),
+                              (in->multi_row ? td::kOptionMultiRow : 0u) | (in->vendor ? td::kOptionVendor : 0u),
                           std::memory_order_relaxed);
     return TD_OK;
 }

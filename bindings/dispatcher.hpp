@@ -72,7 +72,8 @@ enum class Tables { read, ignore };
 
 // The kernels for a problem, best first. name non-empty: just that kernel (TD_UNSUPPORTED
 // when the library has none of that name, TD_REJECTED when it refuses the problem).
-// Otherwise every kernel not marked named_only whose supports() accepts the problem: the
+// Otherwise every kernel not marked named_only (nor vendor, where TdOptions.vendor is 0) whose
+// supports() accepts the problem: the
 // tuning tables' pick first (unless Tables::ignore), then the others by predicted cost
 // (cost(problem, kernel)), then by name; TD_UNSUPPORTED when there is none.
 template <class Kernel, class Problem, class CostFn>
@@ -93,8 +94,9 @@ int rank(const Kernel* const* table, size_t count, const Problem& p, const char*
     }
     std::vector<std::pair<double, const Kernel*>> scored;
     std::string reasons;
+    const bool vendor = options().vendor != 0;
     for (size_t i = 0; i < count; ++i) {
-        if (table[i]->info.named_only) continue;
+        if (table[i]->info.named_only || (table[i]->info.vendor && !vendor)) continue;
         std::string why;
         if (table[i]->supports(p, &why) != TD_OK) {
             if (why != "dtype differs" && why != "layout differs" && reasons.size() < 400)

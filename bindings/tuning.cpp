@@ -699,9 +699,15 @@ bool TableProblem::same_kind(const TableProblem& o) const {
 
 std::vector<double> TableProblem::sizes() const {
     if (!conv) return {(double)M, (double)N, (double)K};
-    double pixels = 1.0, taps = 1.0;
-    for (int d = 0; d < ndim; ++d) pixels *= (double)input[d], taps *= (double)filter[d];
-    return {(double)(N * G), (double)C, (double)K, pixels, taps};
+    double pixels = 1.0, taps = 1.0, strides = 1.0, dilations = 1.0;
+    for (int d = 0; d < ndim; ++d) {
+        pixels *= (double)input[d], taps *= (double)filter[d];
+        strides *= (double)stride[d], dilations *= (double)dilation[d];
+    }
+    // stride and dilation cubed: a stride-2 layer is a different class of problem (other
+    // kernels support it, cuDNN's lead differs), three times as far as a doubled size
+    return {(double)(N * G), (double)C, (double)K, pixels, taps, strides * strides * strides,
+            dilations * dilations * dilations};
 }
 
 TableProblem describe(const TdGemmProblem& p) {

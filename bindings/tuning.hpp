@@ -10,7 +10,8 @@
 //
 // The pick (`pick`). Entries of the query's kind (gemm: dtype, layout; conv: dtype,
 // direction, spatial rank) are compared by distance = sum of |log| ratios of the sizes
-// (gemm M, N, K; conv N*G, C, K, input pixels, filter taps; summed as Python's sum() does),
+// (gemm M, N, K; conv N*G, C, K, input pixels, filter taps and the cubes of the stride and
+// dilation products; summed as Python's sum() does),
 // nearest first, equal distances in table order. A problem the table holds takes
 // its fastest measured kernel that supports it; so does every problem where one of the
 // NEIGHBOURS nearest entries has no latencies (the nearest entry's ranking). Any other
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "tiledispatch/kernel_info.hpp"
+#include "tiledispatch/options.hpp"
 #include "tiledispatch/tiledispatch.h"
 
 namespace td {
@@ -62,7 +64,7 @@ struct TableProblem {
 
     // Same op, dtype and layout (gemm) or direction and rank (conv).
     bool same_kind(const TableProblem& other) const;
-    // gemm: M, N, K; conv: N*G, C, K, input pixels, filter taps.
+    // gemm: M, N, K; conv: N*G, C, K, input pixels, filter taps, stride^3, dilation^3 (products).
     std::vector<double> sizes() const;
 };
 
@@ -120,7 +122,8 @@ class KernelTable final : public Candidates {
     bool supports(size_t i) override {
         if (supports_[i] < 0) {
             std::string why;
-            supports_[i] = table_[i]->supports(query_, &why) == TD_OK ? 1 : 0;
+            supports_[i] = !(table_[i]->info.vendor && !options().vendor) &&
+                                   table_[i]->supports(query_, &why) == TD_OK ? 1 : 0;
         }
         return supports_[i] == 1;
     }

@@ -12,7 +12,7 @@ if str(ROOT) not in sys.path:
 
 # --td-options: the library options the tests run under (td.set_options), to cover the
 # kernels' other paths: e.g. `pytest --td-options no_tma,no_pdl tests/test_gpu_conv.py`.
-TD_OPTION_FLAGS = {"no_tma": "tma", "no_pdl": "pdl", "no_multi_row": "multi_row"}
+TD_OPTION_FLAGS = {"no_tma": "tma", "no_pdl": "pdl", "no_multi_row": "multi_row", "no_vendor": "vendor"}
 
 
 def pytest_addoption(parser):

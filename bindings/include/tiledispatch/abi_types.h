@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define TD_ABI_VERSION 3
+#define TD_ABI_VERSION 4
 
 /* Status codes of every call. */
 enum td_status {
@@ -74,8 +74,10 @@ enum td_family {
     TD_FAMILY_TILED_MMA = 9,
     TD_FAMILY_IM2COL = 10,
     TD_FAMILY_IMPLICIT = 11,
+    TD_FAMILY_CUDNN = 12,
+    TD_FAMILY_CUBLASLT = 13,
 };
-#define TD_FAMILY_COUNT 12
+#define TD_FAMILY_COUNT 14
 
 /* C = alpha * A(MxK) * B(KxN). */
 typedef struct TdGemmProblem {
@@ -130,6 +132,7 @@ typedef struct TdOptions {
     int32_t tma;  /* 1: the convolution kernels that can move tiles by TMA do (0: software copies) */
     int32_t pdl;  /* 1: kernels that support it are launched as programmatic dependents */
     int32_t multi_row;  /* 1: the tiled_mma forward reuses A over several output rows */
+    int32_t vendor;  /* 1: selection weighs the vendor-library kernels (cuDNN, cuBLASLt) too (0: our own kernels alone; a vendor kernel still runs when named) */
 } TdOptions;
 
 #endif /* TILEDISPATCH_ABI_TYPES_H */

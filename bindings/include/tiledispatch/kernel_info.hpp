@@ -40,6 +40,7 @@ struct KernelInfo {
     int32_t channels_per_group;  // direct (0: any), mma, tiled_mma, toeplitz_mma; depthwise families 1
     int32_t split;  // implicit bwd_weight: batch slices at most (1: none)
     int32_t named_only;  // 1: never picked, run only when named (a less precise contract)
+    int32_t vendor;  // 1: a vendor library's kernel (cudnn, cublaslt): left out of selection when TdOptions.vendor is 0
 };
 
 }  // namespace td

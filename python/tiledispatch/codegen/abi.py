@@ -77,6 +77,8 @@ STRUCTS = (
         ("tma", "int32_t", "1: the convolution kernels that can move tiles by TMA do (0: software copies)"),
         ("pdl", "int32_t", "1: kernels that support it are launched as programmatic dependents"),
         ("multi_row", "int32_t", "1: the tiled_mma forward reuses A over several output rows"),
+        ("vendor", "int32_t", "1: selection weighs the vendor-library kernels (cuDNN, cuBLASLt) too "
+                              "(0: our own kernels alone; a vendor kernel still runs when named)"),
     ), "Run-time options of a library (td_get_options / td_set_options); every field 1 by default."),
 )
 
@@ -113,6 +115,8 @@ KERNEL_INFO = (
     ("channels_per_group", "direct (0: any), mma, tiled_mma, toeplitz_mma; depthwise families 1"),
     ("split", "implicit bwd_weight: batch slices at most (1: none)"),
     ("named_only", "1: never picked, run only when named (a less precise contract)"),
+    ("vendor", "1: a vendor library's kernel (cudnn, cublaslt): left out of selection when "
+               "TdOptions.vendor is 0"),
 )
 KERNEL_INFO_DEFAULTS = {"layout": -1, "variant": -1, "reduction": -1, "ndim": 0, "direction": -1,
                         "split": 1, "promote": 1}

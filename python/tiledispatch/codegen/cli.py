@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from .configs import config_from_name
 from .model import backend_of
 from .registry import libraries, registry_json, table_source
 from .targets import resolve
-from .toolchain import cutlass_include_dirs, hip_toolchain
+from .toolchain import VENDORS, cutlass_include_dirs, hip_toolchain, vendor_paths
 from .yamlsrc import ManifestError
 
 
@@ -29,10 +30,21 @@ def _warn(message: str) -> None:
     print(f"tiledispatch: warning: {message}", file=sys.stderr)
 
 
-def _expansion(args):
+def _expansion(args, warn=False):
+    """The manifest's variants for the targets and filter, less those of the vendor families
+    named by --without (their headers were not found: `vendors`), said once where warn."""
     manifest = load_manifest(args.manifest)
     targets = [t for t in args.targets.split(",") if t]
     result = expand(manifest, targets, args.filter)
+    without = {w for w in getattr(args, "without", "").split(",") if w}
+    if without:
+        kept = tuple(c for c in result.configs if c.family not in without)
+        if warn:
+            for family in sorted(without):
+                dropped = sum(1 for c in result.configs if c.family == family)
+                if dropped:
+                    _warn(f"{dropped} {family} variants not built: the {family} headers were not found")
+        result = dataclasses.replace(result, configs=kept)
     return result
 
 
@@ -40,6 +52,8 @@ def _selection_args(parser):
     parser.add_argument("--manifest", required=True, help="path of kernels.yaml")
     parser.add_argument("--targets", required=True, help="comma-separated build targets")
     parser.add_argument("--filter", default="", help="comma-separated globs over kernel names")
+    parser.add_argument("--without", default="", help="comma-separated vendor families not to build "
+                                                      "(their headers are missing)")
 
 
 ABI_HEADERS = {"abi_types.h": lambda: abi.render_c_types(families.FAMILIES),
@@ -96,6 +110,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("hip-toolchain", help="print the HIP compiler, then 'TARGET FLAGS...' per gfx target")
     p.add_argument("--targets", required=True)
     p.add_argument("--explicit", default="")
+    p = sub.add_parser("vendors", help="locate the vendor libraries' headers: a tab-separated line 'NAME found "
+                                       "INCLUDE LIBDIR' or 'NAME missing WHY' per vendor family (cudnn, cublaslt)")
     p = sub.add_parser("list", help="the variants the manifest expands to")
     _selection_args(p)
     p.add_argument("--format", choices=("text", "meson"), default="text")
@@ -119,7 +135,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        if args.command == "cutlass-include":
+        if args.command == "vendors":
+            for name in VENDORS:
+                try:
+                    include, libdir = vendor_paths(name)
+                    print(name, "found", include, libdir or "-", sep="\t")
+                except ValueError as err:
+                    print(name, "missing", err, sep="\t")
+        elif args.command == "cutlass-include":
             print("\n".join(cutlass_include_dirs(args.explicit)))
         elif args.command == "hip-toolchain":
             compiler, flags = hip_toolchain([t for t in args.targets.split(",") if t], args.explicit)
@@ -134,7 +157,7 @@ def main(argv=None) -> int:
             else:
                 print(",".join(resolved))
         elif args.command == "list":
-            result = _expansion(args)
+            result = _expansion(args, warn=True)
             if not result.configs:
                 raise ManifestError(
                     f"no kernels for targets {args.targets}"

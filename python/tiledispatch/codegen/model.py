@@ -8,7 +8,7 @@ import enum
 import re
 
 SCHEMA_VERSION = 1
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 def _lookup(cls, text: str, what: str, fields=("key",)):

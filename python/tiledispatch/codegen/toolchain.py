@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,64 @@ def hip_toolchain(targets: list[str], explicit: str = "") -> tuple[str, dict]:
         libs = next((d for d in DEVICE_LIB_DIRS if os.path.isfile(os.path.join(d, f"oclc_isa_version_{arch}.bc"))), None)
         flags[target] = [f"--rocm-device-lib-path={libs}"] if libs else ["-nogpulib"]
     return compiler, flags
+
+
+# ---- vendor libraries (the cudnn and cublaslt families) ---------------------------------
+# name -> (the header that marks its include folder, the environment variables naming an
+# include folder or a root, the Python packages whose folder holds include/ and lib/, how to
+# get it). The library itself is opened at run time (bindings/cuda/vendor_lib.hpp); the build
+# needs the headers, and bakes in the library folder found beside them as a fallback path.
+VENDORS = {
+    "cudnn": ("cudnn.h", ("CUDNN_INCLUDE_DIR", "CUDNN_ROOT"), ("nvidia.cudnn",),
+              "pip install nvidia-cudnn-cu13 (torch installs it), or set CUDNN_ROOT or CUDNN_INCLUDE_DIR"),
+    "cublaslt": ("cublasLt.h", ("CUBLAS_INCLUDE_DIR", "CUBLAS_ROOT"), ("nvidia.cu13", "nvidia.cublas"),
+                 "install the CUDA toolkit's cuBLAS headers or pip install nvidia-cublas, or set CUBLAS_ROOT "
+                 "or CUBLAS_INCLUDE_DIR"),
+}
+
+
+def _toolkit_include_dirs() -> list[Path]:
+    dirs = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            dirs.append(Path(os.environ[var]) / "include")
+    nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
+    if nvcc:
+        dirs.append(Path(os.path.realpath(nvcc)).parent.parent / "include")
+    dirs += [Path("/usr/local/cuda/include"), Path("/usr/include"), Path("/usr/include/x86_64-linux-gnu")]
+    return dirs
+
+
+def _library_dir(include: Path) -> str:
+    for name in ("lib", "lib64", "../lib/x86_64-linux-gnu"):
+        folder = (include.parent / name).resolve()
+        if folder.is_dir():
+            return str(folder)
+    return ""
+
+
+def vendor_paths(name: str) -> tuple[str, str]:
+    """The include folder of a vendor library's headers and the library folder beside it
+    ("" where none is): from its environment variables, its pip wheels (nvidia-cudnn-cu13,
+    nvidia-cublas), then the CUDA toolkit. ValueError (saying what to install) where none has them."""
+    header, env_vars, packages, hint = VENDORS[name]
+    candidates = []
+    for var in env_vars:
+        if os.environ.get(var):
+            root = Path(os.environ[var])
+            candidates += [root, root / "include"]
+    for package in packages:
+        spec = None
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        folder = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else \
+            _package_outside_the_build_environment(package)
+        if folder:
+            candidates.append(Path(folder) / "include")
+    candidates += _toolkit_include_dirs()
+    for include in candidates:
+        if (include / header).is_file():
+            return str(include.resolve()), _library_dir(include)
+    raise ValueError(f"{header} not found; {hint}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from ..model import Backend
 from .base import Family
 from .blocked import Blocked
+from .cublaslt import CublasLt
+from .cudnn import Cudnn
 from .cutlass import Cutlass
 from .depthwise import Depthwise
 from .depthwise_mma import DepthwiseMma
@@ -26,6 +28,7 @@ FAMILIES = [
     Blocked,       # cpu
     Mfma,          # hip
     Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit,  # cuda
+    Cudnn, CublasLt,  # cuda, vendor libraries
 ]
 
 OP_WORDS = {"gemm": "GEMM", "conv": "convolution"}
