@@ -1,0 +1,608 @@
+"""The model zoo benchmark: every convolution of real models (timm / torchvision), deduped,
+against cuDNN, for training (batch 32: fwd, bwd_data, bwd_weight) and inference (batch 1:
+fwd), with the tuning tables it measures and a leave-one-model-out check of them.
+
+    # CPU, torch + timm (a throwaway venv): the layer list, committed as bench/zoo/conv_layers.json
+    python3 bench/zoo.py enumerate [--models a,b,...] [--out bench/zoo/conv_layers.json]
+
+    # GPU (the installed tiledispatch, torch): ours vs cuDNN on every unique layer
+    python3 bench/zoo.py conv [--layers bench/zoo/conv_layers.json] [--dtype bf16,fp16] [--batch 32,1]
+                              [--dirs fwd,bwd_data,bwd_weight] [--reps 20] [--every] [--max-candidates 24]
+                              [--json out.json] [--models a,b] [--classes depthwise,grouped] [--limit N]
+                              [--budget-s 300] [--crossval] [--table tuning.json]
+
+    # from a --every run's JSON: a tuning table (no GPU), and the leave-one-model-out check (GPU library)
+    python3 bench/zoo.py table RESULTS.json [--out tuning.json] [--exclude-model M] [--no-vendor]
+    python3 bench/zoo.py crossval RESULTS.json [--no-vendor]
+
+conv: per unique layer (in a fixed shuffled order, so that --budget-s or --limit cut a
+sample), dtype, batch and direction: the dispatcher's pick (`d.select`), cuDNN (torch,
+cudnn.benchmark = True) and "ours alone" (the pick with the vendor kernel families, names
+with `_cudnn` / `_cublaslt`, excluded: td.set_options(vendor=False) where the library has
+the option; else the pick when it is not a vendor kernel; else, with --every, the fastest
+non-vendor kernel measured; else n/a), timed as bench/conv.py times (L2 flushed, a 0.3 ms
+spin, round-robin, medians). The pick's output is compared with a float64 torch reference
+on the same inputs (relative Frobenius error; over the first images of the batch where
+the float64 reference would be slow). --every also times every compiled kernel that
+supports the problem (at most --max-candidates, by the cost model's order, the pick and
+ours-alone always), fewer reps: the tuning-table data. The ratio is cuDNN's time over
+ours (> 1: ours faster); the floor is the problem's bytes at 4.27 TB/s. A failing layer
+is a FAILED row, counted in the summary.
+
+crossval: for each model, a table of the rows of every layer the model does not use, read
+by the library alone (TILEDISPATCH_TUNING, TILEDISPATCH_NO_SHIPPED_TUNING=1), its pick for
+each of the model's layer-directions scored by the measured times (within 5% of the best
+compiled kernel, best/pick, the ratio to cuDNN it would have). bench/zoo/README.md has the
+versions and the commands.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import zoo_layers as zl  # noqa: E402
+
+DEFAULT_LAYERS = BENCH / "zoo" / "conv_layers.json"
+INPUT_SIZE = (224, 224)
+REF_FLOPS_CAP = 1e11  # beyond this the float64 reference runs on the first images only (fwd, bwd_data)
+
+
+def import_tiledispatch():
+    """The installed package; from a source tree without one, its python/ (enough for the
+    table: the tile engine's tuning module needs no library)."""
+    try:
+        import tiledispatch  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(BENCH.parent / "python"))
+    import tiledispatch
+    return tiledispatch
+
+
+# ============================================================== enumerate (CPU, torch + timm)
+
+def build_model(name: str):
+    """(model, source): timm first, torchvision for names timm lacks."""
+    try:
+        import timm
+        if name in timm.list_models():
+            return timm.create_model(name, pretrained=False), "timm"
+    except ImportError:
+        pass
+    import torchvision
+    return torchvision.models.get_model(name, weights=None), "torchvision"
+
+
+def enumerate_model(name: str, input_size=INPUT_SIZE):
+    """(records, skipped, source) of one model: a forward hook on every nn.Conv1d/2d/3d,
+    one forward pass of a 1 x 3 x input_size zero tensor (eval mode, CPU)."""
+    import torch
+    import torch.nn as nn
+
+    model, source = build_model(name)
+    model.eval()
+    records, skipped, hooks = [], [], []
+
+    def hook_for(path, mod):
+        def hook(module, args, output):
+            x = args[0]
+            nd = x.dim() - 2
+            inp = tuple(x.shape[2:])
+            fil, st, dil = tuple(module.kernel_size), tuple(module.stride), tuple(module.dilation)
+            pad = module.padding
+            where = {"model": name, "path": path, "class": type(module).__name__, "input": list(inp),
+                     "filter": list(fil), "stride": list(st)}
+            if getattr(module, "padding_mode", "zeros") != "zeros":
+                skipped.append(dict(where, reason=f"padding_mode {module.padding_mode}"))
+                return
+            if type(module).__name__ in ("Conv2dSame", "Conv2dSameExport"):
+                # timm's TF 'SAME': the module pads the input itself, by ceil rules (padding attribute 0)
+                pad = zl.symmetric_same_padding(inp, fil, st, dil)
+                if pad is None:
+                    skipped.append(dict(where, reason="asymmetric 'same' padding (TF rule, odd total)"))
+                    return
+            elif isinstance(pad, str):
+                if pad == "valid":
+                    pad = (0,) * nd
+                elif pad == "same":
+                    totals = [d * (f - 1) for f, d in zip(fil, dil)]
+                    if any(t % 2 for t in totals):
+                        skipped.append(dict(where, reason="asymmetric padding='same' (odd total)"))
+                        return
+                    pad = tuple(t // 2 for t in totals)
+                else:
+                    skipped.append(dict(where, reason=f"padding {pad!r}"))
+                    return
+            rec = zl.make_record(name, path, nd, module.in_channels, module.out_channels, module.groups,
+                                 inp, fil, st, pad, dil, module.bias is not None)
+            bad = zl.record_problems(rec)
+            if bad:
+                skipped.append(dict(where, reason="; ".join(bad)))
+                return
+            # the problem must be the one torch ran: the output shape agrees
+            want = tuple(output.shape[2:])
+            got = zl.output_size(rec["input"], rec["filter"], rec["stride"], rec["pad"], rec["dilation"])
+            if want != got:
+                skipped.append(dict(where, reason=f"output {list(want)} is not the resolved problem's {list(got)}"))
+                return
+            records.append(rec)
+        return hook
+
+    for path, mod in model.named_modules():
+        if isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            hooks.append(mod.register_forward_hook(hook_for(path, mod)))
+    with torch.no_grad():
+        model(torch.zeros(1, 3, *input_size))
+    for h in hooks:
+        h.remove()
+    return records, skipped, source
+
+
+def cmd_enumerate(args):
+    import torch
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    try:
+        import timm
+        versions["timm"] = timm.__version__
+    except ImportError:
+        pass
+    try:
+        import torchvision
+        versions["torchvision"] = torchvision.__version__
+    except ImportError:
+        pass
+    torch.manual_seed(0)
+    records, skipped, models = [], [], {}
+    names = [m for m in args.models.split(",") if m] if args.models else list(zl.DEFAULT_MODELS)
+    for name in names:
+        start = time.time()
+        recs, skips, source = enumerate_model(name)
+        records += recs
+        skipped += skips
+        models[name] = {"source": source}
+        print(f"{name:26s} {source:12s} {len(recs):4d} convs, {len(skips)} skipped ({time.time() - start:.1f} s)",
+              flush=True)
+    doc = zl.document(records, skipped, models, versions, INPUT_SIZE)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(zl.dumps(doc))
+    c = zl.counts(doc["layers"])
+    print(f"{len(records)} convs, {len(doc['layers'])} unique layers, {len(skipped)} skipped -> {args.out}")
+    for cls, v in c.items():
+        print(f"  {cls:15s} {v['layers']:4d} layers, {v['training']:4d} training + {v['inference']:4d} inference "
+              f"layer-directions")
+
+
+# ============================================================== conv (GPU)
+
+def load_layers(path, models=None, classes=None, limit=None):
+    doc = json.loads(Path(path).read_text())
+    if doc.get("schema_version") != zl.SCHEMA_VERSION:
+        sys.exit(f"{path}: schema {doc.get('schema_version')}, this script reads {zl.SCHEMA_VERSION}")
+    layers = doc["layers"]
+    if models:
+        layers = [lay for lay in layers if set(models) & set(zl.uses(lay))]
+    if classes:
+        layers = [lay for lay in layers if lay["class"] in classes]
+    layers = zl.order(layers)
+    return layers[:limit] if limit else layers
+
+
+class Bench:
+    """The GPU state of a run: the dispatcher, cuDNN, the L2 flush buffer, the timing."""
+
+    def __init__(self, args):
+        import torch
+        import conv as convbench  # bench/conv.py: timed(), channels_last(), cuDNN's calls
+        self.torch, self.cb = torch, convbench
+        self.td = td = import_tiledispatch()
+        from tiledispatch._cuda import device_targets
+        torch.backends.cudnn.benchmark = True
+        self.target = args.target or next((t for t in device_targets() if t in td.registry().targets), None)
+        if self.target is None:
+            sys.exit(f"no GPU with a library in this installation (GPUs: {device_targets()})")
+        self.d = td.Dispatcher("conv", self.target)
+        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        self.args = args
+        try:
+            self.vendor_option = "vendor" in td.options()
+        except Exception:  # noqa: BLE001 - an older library: no options at all
+            self.vendor_option = False
+        self.ranking = next((getattr(self.d, n) for n in ("ranking", "rank", "ranked") if hasattr(self.d, n)), None)
+        self.kernels = [k.name for k in self.d.kernels]
+
+    def timed(self, fn):
+        return self.cb.timed(fn, self.flush)
+
+    def alone(self, problem, pick):
+        """(kernel, source) of ours alone: the pick with the vendor kernels excluded."""
+        if self.vendor_option:
+            previous = self.td.set_options(vendor=False)
+            try:
+                return self.d.select(problem), "option"
+            finally:
+                self.td.set_options(vendor=previous["vendor"])
+        if not zl.is_vendor(pick):
+            return pick, "pick"
+        if self.ranking is not None:
+            try:
+                return next(n for n in self.ranking(problem) if not zl.is_vendor(n)), "ranking"
+            except Exception:  # noqa: BLE001
+                pass
+        return None, None
+
+    def candidates(self, problem, must):
+        """The compiled kernels that take the problem: at most --max-candidates, the ones in
+        `must` first, then by the cost model's order."""
+        dtype, direction = problem.dtype.key, problem.direction.key
+        names = []
+        for k in self.d.kernels:
+            if k.dtype.key != dtype or k.direction.key != direction or k.ndim != problem.ndim:
+                continue
+            try:
+                if self.d.is_supported(problem, kernel=k.name):
+                    names.append(k.name)
+            except Exception:  # noqa: BLE001
+                continue
+        cap = self.args.max_candidates
+        if cap and len(names) > cap:
+            def cost(n):
+                try:
+                    c = self.d.cost(problem, n)
+                except Exception:  # noqa: BLE001
+                    c = None
+                return math.inf if c is None else c
+            rest = sorted((n for n in names if n not in must), key=cost)
+            names = [n for n in names if n in must] + rest[:max(0, cap - len(must))]
+        return names
+
+    def layer(self, layer, N, dtype, directions):
+        """The rows of one layer at one batch and dtype: the tensors made once, every direction."""
+        torch, cb, td = self.torch, self.cb, self.td
+        nd = layer["ndim"]
+        G, C, K = layer["G"], layer["C"], layer["K"]
+        inp, fil, st, pad, dil = (tuple(layer[k]) for k in ("input", "filter", "stride", "pad", "dilation"))
+        out = zl.output_size(inp, fil, st, pad, dil)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        x = (torch.rand((N, *inp, G * C), generator=gen, device="cuda") * 2 - 1).to(tdt)
+        w = (torch.rand((G * K, *fil, C), generator=gen, device="cuda") * 2 - 1).to(tdt)
+        dy = (torch.rand((N, *out, G * K), generator=gen, device="cuda") * 2 - 1).to(tdt)
+        xt, wt, dyt = cb.channels_last(x), cb.channels_last(w), cb.channels_last(dy)
+        rows = []
+        for direction in directions:
+            base = {"layer": layer["id"], "models": layer["models"], "class": layer["class"], "tags": layer["tags"],
+                    "direction": direction, "batch": N, "dtype": dtype,
+                    "problem": zl.problem_spec(layer, N, direction, dtype),
+                    "floor_us": zl.memory_floor_us(layer, N, dtype)}
+            try:
+                base.update(self.direction(layer, N, dtype, direction, x, w, dy, xt, wt, dyt))
+            except Exception as err:  # noqa: BLE001 - a failing layer is a row, the run goes on
+                base["error"] = f"{type(err).__name__}: {err}"
+            rows.append(base)
+        return rows
+
+    def direction(self, layer, N, dtype, direction, x, w, dy, xt, wt, dyt):
+        torch, cb, td, d = self.torch, self.cb, self.td, self.d
+        nd = layer["ndim"]
+        G = layer["G"]
+        st, pad, dil = (tuple(layer[k]) for k in ("stride", "pad", "dilation"))
+        problem = td.ConvProblem(N, G, layer["C"], layer["K"], tuple(layer["input"]), tuple(layer["filter"]),
+                                 st, pad, dil, direction, dtype)
+        stream = torch.cuda.current_stream().cuda_stream
+        res = torch.empty_like({"fwd": dy, "bwd_data": x, "bwd_weight": w}[direction])
+        ptrs = {"fwd": (x, w, res), "bwd_data": (res, w, dy), "bwd_weight": (x, res, dy)}[direction]
+        addr = tuple(t.data_ptr() for t in ptrs)
+
+        def ours_for(kname):
+            return lambda: d.run(problem, *addr, kernel=kname, stream=stream, timed=False)
+
+        if direction == "fwd":
+            theirs = lambda: cb.CONV[nd](xt, wt, None, st, pad, dil, G)  # noqa: E731
+            ref = lambda n: cb.CONV[nd](xt[:n].double(), wt.double(), None, st, pad, dil, G)  # noqa: E731
+        elif direction == "bwd_data":
+            theirs = lambda: cb.GRAD_INPUT[nd](xt.shape, wt, dyt, st, pad, dil, G)  # noqa: E731
+            ref = lambda n: cb.GRAD_INPUT[nd]((n, *xt.shape[1:]), wt.double(), dyt[:n].double(), st, pad, dil, G)  # noqa: E731
+        else:
+            theirs = lambda: cb.GRAD_WEIGHT[nd](xt, wt.shape, dyt, st, pad, dil, G)  # noqa: E731
+            ref = lambda n: cb.GRAD_WEIGHT[nd](xt.double(), wt.shape, dyt.double(), st, pad, dil, G)  # noqa: E731
+        got = lambda n: cb.channels_last(res)[:n] if direction != "bwd_weight" else cb.channels_last(res)  # noqa: E731
+
+        kernel = d.select(problem)
+        alone, alone_src = self.alone(problem, kernel)
+        ours = ours_for(kernel)
+        ours()
+        theirs()
+        torch.cuda.synchronize()
+        # correctness of the pick (and of ours alone where it differs), float64 reference
+        flops = zl.flops(layer, N)
+        n_ref = N if flops <= REF_FLOPS_CAP else max(1, int(N * REF_FLOPS_CAP // flops))
+        rel = alone_rel = None
+        ref_note = None
+        if direction == "bwd_weight" and n_ref < N:
+            ref_note = "not checked (float64 reference too slow)"
+        else:
+            torch.backends.cudnn.benchmark = False  # no autotuning of the float64 reference
+            try:
+                r = ref(n_ref)
+            finally:
+                torch.backends.cudnn.benchmark = True
+            norm = max(float(r.norm()), 1e-30)
+            rel = float((got(n_ref).double() - r).norm()) / norm
+            if alone and alone != kernel:
+                ours_for(alone)()
+                torch.cuda.synchronize()
+                alone_rel = float((got(n_ref).double() - r).norm()) / norm
+            if n_ref < N:
+                ref_note = f"checked on {n_ref} of {N} images"
+            del r
+        reps = self.args.reps
+        fns = {"ours": ours, "theirs": theirs}
+        if alone and alone != kernel:
+            fns["alone"] = ours_for(alone)
+            fns["alone"]()
+        times = {k: [] for k in fns}
+        for _ in range(reps):  # round-robin
+            for k, fn in fns.items():
+                times[k].append(self.timed(fn))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        us, cudnn_us = med["ours"], med["theirs"]
+        row = {"kernel": kernel, "us": us, "cudnn_us": cudnn_us, "ratio": cudnn_us / us, "rel_error": rel}
+        if ref_note:
+            row["ref_note"] = ref_note
+        every = None
+        if self.args.every:
+            every = {kernel: us}
+            if alone and alone != kernel:
+                every[alone] = med["alone"]
+            failed = {}
+            names = self.candidates(problem, [kernel] + ([alone] if alone else []))
+            few = max(5, reps // 3)
+            for kname in names:
+                if kname in every:
+                    continue
+                try:
+                    fn = ours_for(kname)
+                    fn()
+                    every[kname] = statistics.median([self.timed(fn) for _ in range(few)])
+                except Exception as err:  # noqa: BLE001
+                    failed[kname] = str(err)[:200]
+            row["every_us"] = dict(sorted(every.items(), key=lambda kv: kv[1]))
+            row["candidates"] = len(names)
+            if failed:
+                row["every_failed"] = failed
+        if alone is None and every:
+            mine = {k: v for k, v in every.items() if not zl.is_vendor(k)}
+            if mine:
+                alone = min(mine, key=mine.get)
+                alone_src = "every (fastest non-vendor measured)"
+        if alone == kernel:
+            alone_us = us
+        elif alone is None:
+            alone_us = None
+        elif "alone" in med:
+            alone_us = med["alone"]
+        else:
+            alone_us = every.get(alone) if every else None
+        row.update({"alone_kernel": alone, "alone_source": alone_src, "alone_us": alone_us,
+                    "alone_ratio": cudnn_us / alone_us if alone_us else None,
+                    "alone_rel_error": alone_rel if alone != kernel else rel})
+        return row
+
+
+def print_row(r, elapsed):
+    head = f"[{elapsed:6.0f}s] {r['layer'][:46]:46s} {r['class'][:9]:9s} {r['direction']:10s} b{r['batch']:<3d} {r['dtype']}"
+    if "error" in r:
+        print(f"{head} FAILED: {r['error'][:300]}", flush=True)
+        return
+    fmt = lambda v, s: "n/a" if v is None else format(v, s)  # noqa: E731
+    flag = ""
+    if r["rel_error"] is not None and r["rel_error"] > zl.error_limit(r["dtype"]):
+        flag = " ERROR>limit"
+    alone = "" if r["alone_kernel"] == r["kernel"] else f" alone={r['alone_kernel']}"
+    print(f"{head} {r['us']:8.1f} {r['cudnn_us']:8.1f} {r['ratio']:6.2f} {fmt(r['alone_us'], '8.1f')} "
+          f"{fmt(r['alone_ratio'], '6.2f')} {r['floor_us']:7.1f} {fmt(r['rel_error'], '8.1e')}{flag}  "
+          f"{r['kernel']}{alone}", flush=True)
+
+
+def cmd_conv(args):
+    layers = load_layers(args.layers, [m for m in args.models.split(",") if m] if args.models else None,
+                         [c for c in args.classes.split(",") if c] if args.classes else None, args.limit)
+    dtypes = [v for v in args.dtype.split(",") if v]
+    batches = [int(v) for v in args.batch.split(",") if v]
+    dirs = [v for v in args.dirs.split(",") if v]
+    bench = Bench(args)
+    import torch
+    print(f"{len(layers)} layers from {args.layers}; dtypes {dtypes}, batches {batches} (batch 1: fwd only), "
+          f"target {bench.target}, vendor option {'yes' if bench.vendor_option else 'no'}, "
+          f"{len(bench.kernels)} conv kernels, {torch.cuda.get_device_name()}", flush=True)
+    print(f"[elapsed] {'layer':46s} {'class':9s} {'direction':10s} {'batch':4s} {'dt':4s} {'ours us':>8s} "
+          f"{'cuDNN us':>8s} {'ratio':>6s} {'alone us':>8s} {'ratio':>6s} {'floor':>7s} {'rel err':>8s}  kernel",
+          flush=True)
+    rows, start, skipped = [], time.time(), 0
+    for i, layer in enumerate(layers):
+        if args.budget_s and time.time() - start > args.budget_s:
+            skipped = len(layers) - i
+            print(f"time budget of {args.budget_s} s spent: {skipped} of {len(layers)} layers not measured", flush=True)
+            break
+        for dtype in dtypes:
+            for N in batches:
+                want = dirs if N > 1 else [v for v in dirs if v == "fwd"]
+                if not want:
+                    continue
+                try:
+                    new = bench.layer(layer, N, dtype, want)
+                except Exception as err:  # noqa: BLE001 - e.g. out of memory making the tensors
+                    new = [{"layer": layer["id"], "models": layer["models"], "class": layer["class"],
+                            "tags": layer["tags"], "direction": d_, "batch": N, "dtype": dtype,
+                            "problem": zl.problem_spec(layer, N, d_, dtype),
+                            "floor_us": zl.memory_floor_us(layer, N, dtype),
+                            "error": f"{type(err).__name__}: {err}"} for d_ in want]
+                for r in new:
+                    print_row(r, time.time() - start)
+                rows += new
+        torch.cuda.empty_cache() if i % 50 == 49 else None
+    elapsed = time.time() - start
+    print(f"\n{len(layers) - skipped} layers, {len(rows)} rows ({sum('error' in r for r in rows)} FAILED) "
+          f"in {elapsed:.0f} s" + (f"; {skipped} layers skipped by the time budget" if skipped else ""))
+    print(zl.summary_tables(rows))
+    bad = [r for r in rows if r.get("rel_error") is not None and r["rel_error"] > zl.error_limit(r["dtype"])]
+    for r in bad:
+        print(f"REL ERROR above the limit: {r['layer']} {r['direction']} b{r['batch']} {r['dtype']} "
+              f"{r['rel_error']:.2e} {r['kernel']}")
+    doc = {"device": torch.cuda.get_device_name(), "target": bench.target, "layers_file": str(args.layers),
+           "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "vendor_option": bench.vendor_option,
+           "reps": args.reps, "every": args.every, "elapsed_s": elapsed, "skipped_layers": skipped, "rows": rows}
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=None, separators=(",", ":")) + "\n")
+        print(f"rows -> {args.json}")
+    if args.table and args.every:
+        write_table(rows, args.table, bench.target)
+    if args.crossval:
+        if not args.every:
+            print("--crossval needs --every (the measured times of every kernel)")
+        else:
+            run_crossval(rows, bench.d, vendor=not args.no_vendor)
+
+
+# ============================================================== tables and crossval
+
+def write_table(rows, out, target, vendor=True):
+    import_tiledispatch()
+    from tiledispatch.tile_engine import tuning
+    table = tuning.make_table(zl.table_results(rows, vendor), target)
+    Path(out).write_text(tuning.dumps(table))
+    print(f"tuning table: {len(table['entries'])} problems -> {out}")
+    return table
+
+
+def load_rows(path):
+    doc = json.loads(Path(path).read_text())
+    return doc, doc["rows"]
+
+
+def cmd_table(args):
+    doc, rows = load_rows(args.results)
+    if args.exclude_model:
+        rows, _ = zl.crossval_split(rows, args.exclude_model)
+    rows = [r for r in rows if "error" not in r]
+    if not any(r.get("every_us") for r in rows):
+        sys.exit(f"{args.results}: no --every times in its rows")
+    write_table(rows, args.out, args.target or doc.get("target", "sm_90a"), vendor=not args.no_vendor)
+
+
+def run_crossval(rows, d, vendor=True):
+    """Leave-one-model-out on the GPU library `d` (no timing: the measured --every times)."""
+    td = import_tiledispatch()
+    from tiledispatch.tile_engine import tuning
+    tmp = Path(tempfile.mkdtemp(prefix="zoo_crossval_"))
+    saved = {k: os.environ.get(k) for k in ("TILEDISPATCH_TUNING", "TILEDISPATCH_NO_SHIPPED_TUNING")}
+    messages = set()
+
+    def select_all(test, pick_fn):
+        picks = {}
+        for r in test:
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    picks[zl.row_key(r)] = pick_fn(r)
+                messages.update(str(c.message) for c in caught)
+            except Exception as err:  # noqa: BLE001
+                messages.add(f"{r['layer']} {r['direction']}: {err}")
+        return picks
+
+    def problem(r):
+        from tiledispatch.selection import problem_from
+        return problem_from(r["problem"])
+
+    def picker(model, train, test):
+        path = tmp / f"tuning_{len(list(tmp.iterdir()))}_{model}.json"  # a new file each: the library reads a file once
+        path.write_text(tuning.dumps(tuning.make_table(zl.table_results(train, vendor), d.target)))
+        os.environ["TILEDISPATCH_TUNING"] = str(path)
+        os.environ["TILEDISPATCH_NO_SHIPPED_TUNING"] = "1"
+        return select_all(test, lambda r: d.select(problem(r)))
+
+    try:
+        scores = zl.crossval(rows, picker)
+        # the same rows: the cost model alone (no table), and the run's own picks (shipped table)
+        model_only = zl.crossval(rows, lambda m, tr, te: select_all(te, lambda r: d.model_select(problem(r))))
+        shipped = zl.crossval(rows, lambda m, tr, te: {zl.row_key(r): r["kernel"] for r in te})
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    print("\n== crossval: each model's layers picked by a table of the other models' layers "
+          f"({'vendor kernels included' if vendor else 'vendor kernels left out of the tables'})")
+    print(zl.CROSSVAL_HEAD)
+    for m, s in scores.items():
+        print(zl.crossval_line(m, s))
+    print("-- the same picks without a table (cost model alone), and the run's own picks (shipped table, "
+          "which may hold these very problems):")
+    print(zl.crossval_line("total, cost model", model_only["total"]))
+    print(zl.crossval_line("total, run's picks", shipped["total"]))
+    for msg in sorted(messages)[:20]:
+        print(f"  message: {msg}")
+    return scores
+
+
+def cmd_crossval(args):
+    td = import_tiledispatch()
+    doc, rows = load_rows(args.results)
+    from tiledispatch._cuda import device_targets
+    target = args.target or doc.get("target") or next(
+        (t for t in device_targets() if t in td.registry().targets), None)
+    run_crossval(rows, td.Dispatcher("conv", target), vendor=not args.no_vendor)
+
+
+# ============================================================== command line
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("enumerate", help="the layer list from the models (CPU, torch + timm)")
+    e.add_argument("--models", help=f"comma-separated (default: {','.join(zl.DEFAULT_MODELS)})")
+    e.add_argument("--out", default=str(DEFAULT_LAYERS))
+    c = sub.add_parser("conv", help="ours vs cuDNN on every layer (GPU)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--layers", default=str(DEFAULT_LAYERS))
+    c.add_argument("--dtype", default="bf16", help="comma-separated: bf16, fp16")
+    c.add_argument("--batch", default="32,1", help="comma-separated; batch 1 runs fwd only (inference)")
+    c.add_argument("--dirs", default=",".join(zl.DIRECTIONS))
+    c.add_argument("--reps", type=int, default=20)
+    c.add_argument("--every", action="store_true", help="also time every compiled kernel that takes the problem")
+    c.add_argument("--max-candidates", type=int, default=24, help="with --every: at most this many kernels a problem (0: all)")
+    c.add_argument("--json", help="write every row here")
+    c.add_argument("--models", help="comma-separated: only the layers these models use")
+    c.add_argument("--classes", help="comma-separated of " + ", ".join(zl.CLASSES))
+    c.add_argument("--limit", type=int, help="the first N layers of the (shuffled) order")
+    c.add_argument("--budget-s", type=float, default=0, help="stop starting new layers after this many seconds")
+    c.add_argument("--target", help="the library's target (default: the GPU's)")
+    c.add_argument("--table", help="with --every: write the tuning table of the run here")
+    c.add_argument("--crossval", action="store_true", help="with --every: leave-one-model-out at the end")
+    c.add_argument("--no-vendor", action="store_true", help="crossval tables without the vendor kernels")
+    t = sub.add_parser("table", help="a tuning table from a --every run's JSON")
+    t.add_argument("results")
+    t.add_argument("--out", default="tuning.json")
+    t.add_argument("--exclude-model", help="leave out every layer this model uses")
+    t.add_argument("--target", help="default: the run's (sm_90a)")
+    t.add_argument("--no-vendor", action="store_true", help="leave the vendor kernels out")
+    x = sub.add_parser("crossval", help="leave-one-model-out scores of the tables (GPU library, no timing)")
+    x.add_argument("results")
+    x.add_argument("--target")
+    x.add_argument("--no-vendor", action="store_true", help="leave the vendor kernels out of the tables")
+    args = ap.parse_args(argv)
+    {"enumerate": cmd_enumerate, "conv": cmd_conv, "table": cmd_table, "crossval": cmd_crossval}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
