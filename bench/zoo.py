@@ -228,6 +228,8 @@ class Bench:
             previous = self.td.set_options(vendor=False)
             try:
                 return self.d.select(problem), "option"
+            except self.td.UnsupportedProblemError:
+                return None, "none: no kernel of ours takes the problem"
             finally:
                 self.td.set_options(vendor=previous["vendor"])
         if not zl.is_vendor(pick):
@@ -260,8 +262,9 @@ class Bench:
                 except Exception:  # noqa: BLE001
                     c = None
                 return math.inf if c is None else c
+            kept = [n for n in names if n in must]
             rest = sorted((n for n in names if n not in must), key=cost)
-            names = [n for n in names if n in must] + rest[:max(0, cap - len(must))]
+            names = kept + rest[:max(0, cap - len(kept))]
         return names
 
     def layer(self, layer, N, dtype, directions):
@@ -364,7 +367,8 @@ class Bench:
             if alone and alone != kernel:
                 every[alone] = med["alone"]
             failed = {}
-            names = self.candidates(problem, [kernel] + ([alone] if alone else []))
+            must = [kernel] + ([alone] if alone else []) + [n for n in self.kernels if zl.is_vendor(n)]
+            names = self.candidates(problem, must)
             few = max(5, reps // 3)
             for kname in names:
                 if kname in every:
@@ -484,9 +488,10 @@ def write_table(rows, out, target, vendor=True):
     return table
 
 
-def load_rows(path):
-    doc = json.loads(Path(path).read_text())
-    return doc, doc["rows"]
+def load_rows(paths):
+    """The rows of one or more runs' JSON (e.g. one GPU call per class), and the first run's header."""
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    return docs[0], [r for doc in docs for r in doc["rows"]]
 
 
 def cmd_table(args):
@@ -591,13 +596,13 @@ def main(argv=None):
     c.add_argument("--crossval", action="store_true", help="with --every: leave-one-model-out at the end")
     c.add_argument("--no-vendor", action="store_true", help="crossval tables without the vendor kernels")
     t = sub.add_parser("table", help="a tuning table from a --every run's JSON")
-    t.add_argument("results")
+    t.add_argument("results", nargs="+", help="one or more conv --every --json files")
     t.add_argument("--out", default="tuning.json")
     t.add_argument("--exclude-model", help="leave out every layer this model uses")
     t.add_argument("--target", help="default: the run's (sm_90a)")
     t.add_argument("--no-vendor", action="store_true", help="leave the vendor kernels out")
     x = sub.add_parser("crossval", help="leave-one-model-out scores of the tables (GPU library, no timing)")
-    x.add_argument("results")
+    x.add_argument("results", nargs="+", help="one or more conv --every --json files")
     x.add_argument("--target")
     x.add_argument("--no-vendor", action="store_true", help="leave the vendor kernels out of the tables")
     args = ap.parse_args(argv)

@@ -160,8 +160,12 @@ def dedup(records) -> list:
     for layer in by_key.values():
         layer["models"] = sorted([m, c] for m, c in layer["models"].items())
         layers.append(layer)
-    layers.sort(key=lambda lay: (lay["ndim"], CLASSES.index(lay["class"]), lay["id"]))
-    return layers
+    return sorted_layers(layers)
+
+
+def sorted_layers(layers) -> list:
+    """The layer list's order: rank, class, then the id."""
+    return sorted(layers, key=lambda lay: (lay["ndim"], CLASSES.index(lay["class"]), lay["id"]))
 
 
 def uses(layer: dict) -> dict:
