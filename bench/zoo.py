@@ -9,7 +9,7 @@ fwd), with the tuning tables it measures and a leave-one-model-out check of them
     python3 bench/zoo.py conv [--layers bench/zoo/conv_layers.json] [--dtype bf16,fp16] [--batch 32,1]
                               [--dirs fwd,bwd_data,bwd_weight] [--reps 20] [--every] [--max-candidates 24]
                               [--json out.json] [--models a,b] [--classes depthwise,grouped] [--limit N]
-                              [--budget-s 300] [--crossval] [--table tuning.json]
+                              [--budget-s 300] [--start N] [--crossval] [--table tuning.json]
 
     # from a --every run's JSON: a tuning table (no GPU), and the leave-one-model-out check (GPU library)
     python3 bench/zoo.py table RESULTS.json [--out tuning.json] [--exclude-model M] [--no-vendor]
@@ -54,6 +54,7 @@ import zoo_layers as zl  # noqa: E402
 
 DEFAULT_LAYERS = BENCH / "zoo" / "conv_layers.json"
 INPUT_SIZE = (224, 224)
+DEVICE = "cuda"
 REF_FLOPS_CAP = 1e11  # beyond this the float64 reference runs on the first images only (fwd, bwd_data)
 
 
@@ -183,7 +184,7 @@ def cmd_enumerate(args):
 
 # ============================================================== conv (GPU)
 
-def load_layers(path, models=None, classes=None, limit=None):
+def load_layers(path, models=None, classes=None, limit=None, start=0):
     doc = json.loads(Path(path).read_text())
     if doc.get("schema_version") != zl.SCHEMA_VERSION:
         sys.exit(f"{path}: schema {doc.get('schema_version')}, this script reads {zl.SCHEMA_VERSION}")
@@ -192,7 +193,7 @@ def load_layers(path, models=None, classes=None, limit=None):
         layers = [lay for lay in layers if set(models) & set(zl.uses(lay))]
     if classes:
         layers = [lay for lay in layers if lay["class"] in classes]
-    layers = zl.order(layers)
+    layers = zl.order(layers)[start:]
     return layers[:limit] if limit else layers
 
 
@@ -210,7 +211,7 @@ class Bench:
         if self.target is None:
             sys.exit(f"no GPU with a library in this installation (GPUs: {device_targets()})")
         self.d = td.Dispatcher("conv", self.target)
-        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
         self.args = args
         try:
             self.vendor_option = "vendor" in td.options()
@@ -274,11 +275,11 @@ class Bench:
         G, C, K = layer["G"], layer["C"], layer["K"]
         inp, fil, st, pad, dil = (tuple(layer[k]) for k in ("input", "filter", "stride", "pad", "dilation"))
         out = zl.output_size(inp, fil, st, pad, dil)
-        gen = torch.Generator(device="cuda").manual_seed(0)
+        gen = torch.Generator(device=DEVICE).manual_seed(0)
         tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        x = (torch.rand((N, *inp, G * C), generator=gen, device="cuda") * 2 - 1).to(tdt)
-        w = (torch.rand((G * K, *fil, C), generator=gen, device="cuda") * 2 - 1).to(tdt)
-        dy = (torch.rand((N, *out, G * K), generator=gen, device="cuda") * 2 - 1).to(tdt)
+        x = (torch.rand((N, *inp, G * C), generator=gen, device=DEVICE) * 2 - 1).to(tdt)
+        w = (torch.rand((G * K, *fil, C), generator=gen, device=DEVICE) * 2 - 1).to(tdt)
+        dy = (torch.rand((N, *out, G * K), generator=gen, device=DEVICE) * 2 - 1).to(tdt)
         xt, wt, dyt = cb.channels_last(x), cb.channels_last(w), cb.channels_last(dy)
         rows = []
         for direction in directions:
@@ -403,13 +404,13 @@ class Bench:
 
 
 def print_row(r, elapsed):
-    head = f"[{elapsed:6.0f}s] {r['layer'][:46]:46s} {r['class'][:9]:9s} {r['direction']:10s} b{r['batch']:<3d} {r['dtype']}"
+    head = f"[{elapsed:6.0f}s] {r['layer'][:46]:46s} {r['class']:14s} {r['direction']:10s} b{r['batch']:<3d} {r['dtype']}"
     if "error" in r:
         print(f"{head} FAILED: {r['error'][:300]}", flush=True)
         return
     fmt = lambda v, s: "n/a" if v is None else format(v, s)  # noqa: E731
     flag = ""
-    if r["rel_error"] is not None and r["rel_error"] > zl.error_limit(r["dtype"]):
+    if zl.error_flagged(r):
         flag = " ERROR>limit"
     alone = "" if r["alone_kernel"] == r["kernel"] else f" alone={r['alone_kernel']}"
     print(f"{head} {r['us']:8.1f} {r['cudnn_us']:8.1f} {r['ratio']:6.2f} {fmt(r['alone_us'], '8.1f')} "
@@ -419,7 +420,7 @@ def print_row(r, elapsed):
 
 def cmd_conv(args):
     layers = load_layers(args.layers, [m for m in args.models.split(",") if m] if args.models else None,
-                         [c for c in args.classes.split(",") if c] if args.classes else None, args.limit)
+                         [c for c in args.classes.split(",") if c] if args.classes else None, args.limit, args.start)
     dtypes = [v for v in args.dtype.split(",") if v]
     batches = [int(v) for v in args.batch.split(",") if v]
     dirs = [v for v in args.dirs.split(",") if v]
@@ -428,14 +429,15 @@ def cmd_conv(args):
     print(f"{len(layers)} layers from {args.layers}; dtypes {dtypes}, batches {batches} (batch 1: fwd only), "
           f"target {bench.target}, vendor option {'yes' if bench.vendor_option else 'no'}, "
           f"{len(bench.kernels)} conv kernels, {torch.cuda.get_device_name()}", flush=True)
-    print(f"[elapsed] {'layer':46s} {'class':9s} {'direction':10s} {'batch':4s} {'dt':4s} {'ours us':>8s} "
+    print(f"[elapsed] {'layer':46s} {'class':14s} {'direction':10s} {'N':4s} {'dt':4s} {'ours us':>8s} "
           f"{'cuDNN us':>8s} {'ratio':>6s} {'alone us':>8s} {'ratio':>6s} {'floor':>7s} {'rel err':>8s}  kernel",
           flush=True)
     rows, start, skipped = [], time.time(), 0
     for i, layer in enumerate(layers):
         if args.budget_s and time.time() - start > args.budget_s:
             skipped = len(layers) - i
-            print(f"time budget of {args.budget_s} s spent: {skipped} of {len(layers)} layers not measured", flush=True)
+            print(f"time budget of {args.budget_s} s spent: {skipped} of {len(layers)} layers not measured "
+                  f"(the same command with --start {args.start + i} measures them)", flush=True)
             break
         for dtype in dtypes:
             for N in batches:
@@ -458,7 +460,7 @@ def cmd_conv(args):
     print(f"\n{len(layers) - skipped} layers, {len(rows)} rows ({sum('error' in r for r in rows)} FAILED) "
           f"in {elapsed:.0f} s" + (f"; {skipped} layers skipped by the time budget" if skipped else ""))
     print(zl.summary_tables(rows))
-    bad = [r for r in rows if r.get("rel_error") is not None and r["rel_error"] > zl.error_limit(r["dtype"])]
+    bad = [r for r in rows if zl.error_flagged(r)]
     for r in bad:
         print(f"REL ERROR above the limit: {r['layer']} {r['direction']} b{r['batch']} {r['dtype']} "
               f"{r['rel_error']:.2e} {r['kernel']}")
@@ -491,7 +493,14 @@ def write_table(rows, out, target, vendor=True):
 def load_rows(paths):
     """The rows of one or more runs' JSON (e.g. one GPU call per class), and the first run's header."""
     docs = [json.loads(Path(p).read_text()) for p in paths]
-    return docs[0], [r for doc in docs for r in doc["rows"]]
+    by_key = {}
+    for doc in docs:
+        for r in doc["rows"]:
+            by_key[zl.row_key(r)] = r  # a row measured twice: the later run's
+    total = sum(len(doc["rows"]) for doc in docs)
+    if total != len(by_key):
+        print(f"{total - len(by_key)} rows measured in more than one run: the later run's kept")
+    return docs[0], list(by_key.values())
 
 
 def cmd_table(args):
@@ -535,19 +544,26 @@ def run_crossval(rows, d, vendor=True):
         os.environ["TILEDISPATCH_NO_SHIPPED_TUNING"] = "1"
         return select_all(test, lambda r: d.select(problem(r)))
 
+    previous = None
+    if not vendor and "vendor" in td.options():
+        previous = td.set_options(vendor=False)  # ours alone: the vendor kernels out of selection too
+    run_key = "kernel" if vendor else "alone_kernel"
     try:
-        scores = zl.crossval(rows, picker)
+        scores = zl.crossval(rows, picker, vendor=vendor)
         # the same rows: the cost model alone (no table), and the run's own picks (shipped table)
-        model_only = zl.crossval(rows, lambda m, tr, te: select_all(te, lambda r: d.model_select(problem(r))))
-        shipped = zl.crossval(rows, lambda m, tr, te: {zl.row_key(r): r["kernel"] for r in te})
+        model_only = zl.crossval(rows, lambda m, tr, te: select_all(te, lambda r: d.model_select(problem(r))),
+                                 vendor=vendor)
+        shipped = zl.crossval(rows, lambda m, tr, te: {zl.row_key(r): r.get(run_key) for r in te}, vendor=vendor)
     finally:
+        if previous is not None:
+            td.set_options(vendor=previous["vendor"])
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
     print("\n== crossval: each model's layers picked by a table of the other models' layers "
-          f"({'vendor kernels included' if vendor else 'vendor kernels left out of the tables'})")
+          f"({'vendor kernels included' if vendor else 'ours alone: vendor kernels out of the tables, the selection and the best'})")
     print(zl.CROSSVAL_HEAD)
     for m, s in scores.items():
         print(zl.crossval_line(m, s))
@@ -590,11 +606,12 @@ def main(argv=None):
     c.add_argument("--models", help="comma-separated: only the layers these models use")
     c.add_argument("--classes", help="comma-separated of " + ", ".join(zl.CLASSES))
     c.add_argument("--limit", type=int, help="the first N layers of the (shuffled) order")
+    c.add_argument("--start", type=int, default=0, help="skip the first N layers of the order (continue a run cut by --budget-s)")
     c.add_argument("--budget-s", type=float, default=0, help="stop starting new layers after this many seconds")
     c.add_argument("--target", help="the library's target (default: the GPU's)")
     c.add_argument("--table", help="with --every: write the tuning table of the run here")
     c.add_argument("--crossval", action="store_true", help="with --every: leave-one-model-out at the end")
-    c.add_argument("--no-vendor", action="store_true", help="crossval tables without the vendor kernels")
+    c.add_argument("--no-vendor", action="store_true", help="--crossval for ours alone (see crossval --no-vendor)")
     t = sub.add_parser("table", help="a tuning table from a --every run's JSON")
     t.add_argument("results", nargs="+", help="one or more conv --every --json files")
     t.add_argument("--out", default="tuning.json")
@@ -604,7 +621,8 @@ def main(argv=None):
     x = sub.add_parser("crossval", help="leave-one-model-out scores of the tables (GPU library, no timing)")
     x.add_argument("results", nargs="+", help="one or more conv --every --json files")
     x.add_argument("--target")
-    x.add_argument("--no-vendor", action="store_true", help="leave the vendor kernels out of the tables")
+    x.add_argument("--no-vendor", action="store_true",
+                   help="ours alone: vendor kernels out of the tables, the selection (td.set_options) and the scores")
     args = ap.parse_args(argv)
     {"enumerate": cmd_enumerate, "conv": cmd_conv, "table": cmd_table, "crossval": cmd_crossval}[args.cmd](args)
 

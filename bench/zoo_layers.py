@@ -296,7 +296,10 @@ def summarize(rows, us_key: str = "us", ratio_key: str = "ratio", weights=None) 
 
 
 def _fmt(v, spec) -> str:
-    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        width = spec.split(".")[0]
+        return format("n/a", f">{width}") if width.isdigit() else "n/a"
+    return format(v, spec)
 
 
 STAT_HEAD = f"{'n':>4s} {'fail':>4s} {'geo':>6s} {'min':>6s} {'p10':>6s} {'<1':>4s} {'<.9':>4s} {'<.5':>4s} {'sum x':>6s}"
@@ -351,16 +354,25 @@ def summary_tables(rows) -> str:
             add(f"  {m} g+dw", gd, [dict(r["models"])[m] for r in gd])
         errs = {}
         for r in sel:
-            if r.get("rel_error") is not None:
-                errs[r["direction"]] = max(errs.get(r["direction"], 0.0), r["rel_error"])
+            if r.get("rel_error") is not None:  # NaN (a NaN in the output) counts as the worst
+                e = math.inf if math.isnan(r["rel_error"]) else r["rel_error"]
+                errs[r["direction"]] = max(errs.get(r["direction"], 0.0), e)
         unchecked = sum(1 for r in sel if "error" not in r and r.get("rel_error") is None)
+        flagged = sum(error_flagged(r) for r in sel)
         lines.append("max rel error: " + ", ".join(f"{d} {e:.2e}" for d, e in sorted(errs.items()))
-                     + (f" ({unchecked} rows not checked)" if unchecked else ""))
+                     + f"; {flagged} above the limit ({error_limit(dtype):.0e})"
+                     + (f"; {unchecked} rows not checked" if unchecked else ""))
     return "\n".join(lines)
 
 
 def error_limit(dtype: str) -> float:
     return {"bf16": 2e-2, "fp16": 5e-3}.get(dtype, 1e-5)
+
+
+def error_flagged(row: dict) -> bool:
+    """The pick's relative error is above the dtype's limit, or NaN."""
+    e = row.get("rel_error")
+    return e is not None and not e <= error_limit(row["dtype"])
 
 
 # ---------------------------------------------------------------- tuning tables and crossval
@@ -394,15 +406,16 @@ def crossval_split(rows, model: str):
     return train, test
 
 
-def score_picks(test_rows, picks: dict, model: str | None = None) -> dict:
+def score_picks(test_rows, picks: dict, model: str | None = None, vendor: bool = True) -> dict:
     """How good the picks (row_key -> kernel) are by the measured --every times: within 5% of
     the best compiled kernel (count, %), geomean best / picked, the ratio to cuDNN the pick has
-    (geomean, min, and the summed time weighted by the model's count of the layer)."""
+    (geomean, min, and the summed time weighted by the model's count of the layer).
+    vendor=False: the best is the best of our own kernels (a vendor pick is unmeasured)."""
     n = within = unmeasured = 0
     best_ratios, vs_cudnn = [], []
     ours_sum = theirs_sum = 0.0
     for r in test_rows:
-        every = r.get("every_us") or {}
+        every = {k: v for k, v in (r.get("every_us") or {}).items() if vendor or not is_vendor(k)}
         if not every or r.get("cudnn_us") is None:
             continue
         n += 1
@@ -426,7 +439,7 @@ def score_picks(test_rows, picks: dict, model: str | None = None) -> dict:
             "sum_vs_cudnn": theirs_sum / ours_sum if ours_sum else float("nan")}
 
 
-def crossval(rows, picker, models=None) -> dict:
+def crossval(rows, picker, models=None, vendor: bool = True) -> dict:
     """Leave-one-model-out: for each model, picker(model, train_rows, test_rows) returns
     {row_key: kernel} (the GPU side writes a table from train_rows and asks the library);
     the picks are scored against the measured times. Returns {model: score, "total": ...}."""
@@ -436,12 +449,12 @@ def crossval(rows, picker, models=None) -> dict:
     for m in models:
         train, test = crossval_split(measured, m)
         picks = picker(m, train, test)
-        out[m] = score_picks(test, picks, m)
+        out[m] = score_picks(test, picks, m, vendor)
         for r in test:  # a shared layer is scored once in the total, with the pick of its first model
             k = row_key(r)
             if k not in all_picks and k in picks:
                 all_picks[k], all_test[k] = picks[k], r
-    out["total"] = score_picks(list(all_test.values()), all_picks)
+    out["total"] = score_picks(list(all_test.values()), all_picks, None, vendor)
     return out
 
 
