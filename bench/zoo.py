@@ -404,7 +404,9 @@ class Bench:
 
 
 def print_row(r, elapsed):
-    head = f"[{elapsed:6.0f}s] {r['layer'][:46]:46s} {r['class']:14s} {r['direction']:10s} b{r['batch']:<3d} {r['dtype']}"
+    models = r["models"][0][0] + (f"+{len(r['models']) - 1}" if len(r["models"]) > 1 else "")
+    head = (f"[{elapsed:6.0f}s] {r['layer'][:46]:46s} {models[:24]:24s} {r['class']:14s} {r['direction']:10s} "
+            f"b{r['batch']:<3d} {r['dtype']}")
     if "error" in r:
         print(f"{head} FAILED: {r['error'][:300]}", flush=True)
         return
@@ -429,7 +431,7 @@ def cmd_conv(args):
     print(f"{len(layers)} layers from {args.layers}; dtypes {dtypes}, batches {batches} (batch 1: fwd only), "
           f"target {bench.target}, vendor option {'yes' if bench.vendor_option else 'no'}, "
           f"{len(bench.kernels)} conv kernels, {torch.cuda.get_device_name()}", flush=True)
-    print(f"[elapsed] {'layer':46s} {'class':14s} {'direction':10s} {'N':4s} {'dt':4s} {'ours us':>8s} "
+    print(f"[elapsed] {'layer':46s} {'models':24s} {'class':14s} {'direction':10s} {'N':4s} {'dt':4s} {'ours us':>8s} "
           f"{'cuDNN us':>8s} {'ratio':>6s} {'alone us':>8s} {'ratio':>6s} {'floor':>7s} {'rel err':>8s}  kernel",
           flush=True)
     rows, start, skipped = [], time.time(), 0
