@@ -98,7 +98,10 @@ def test_filter_globs_select_by_name():
 
 def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     every = expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
-    configs = [c for c in every if c.op == "gemm"]
+    vendor = {c.name for c in every if c.op == "gemm" and c.family == "cublaslt"}
+    assert vendor == {f"gemm_{d}_{lay}_standard_1x1x1_cublaslt_sm90a" for d in ("bf16", "fp16")
+                      for lay in ("rcr", "rrr", "crr", "ccr")} | {"gemm_fp8e4m3_rcr_standard_1x1x1_cublaslt_sm90a"}
+    configs = [c for c in every if c.op == "gemm" and c.family != "cublaslt"]
     assert len(configs) == 63  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others
     fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
     assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
@@ -438,7 +441,7 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, depthwise_mma, toeplitz_mma, mma, tiled_mma, im2col or implicit"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, depthwise_mma, toeplitz_mma, mma, tiled_mma, im2col, implicit or cudnn"),
     ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster and split only"),
     ("{algorithm: implicit, split: 2}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
     ("{algorithm: implicit, split: 3}", "[128, 128, 64]", "split 3 not one of 1, 2, 4, 8"),
@@ -472,7 +475,7 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1]
-    assert len(fp8) == 14 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny
+    assert len(fp8) == 15 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny, cuBLASLt
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name

@@ -47,6 +47,10 @@ def geometry(kernel):
     channel vectors; the generic kernel gets C != K."""
     if kernel.knobs.algorithm in ("im2col", "implicit"):  # dense, channels multiples of 8
         return 1, 16, 24
+    if kernel.knobs.algorithm == "cudnn":  # any: grouped with C != K
+        return 3, 8, 16
+    if kernel.knobs.algorithm == "grouped_mma":  # channel counts multiples of 8, above 16
+        return 3, 24, 40
     if kernel.knobs.algorithm == "depthwise":  # three channel vectors (sliding: 16-byte pieces)
         return (24 if is_sliding(kernel) else 3 * kernel.tile[2]), 1, 1
     if kernel.knobs.algorithm == "depthwise_mma":  # three channel blocks, the last one 8 short

@@ -10,7 +10,7 @@ import tiledispatch as td
 from tiledispatch import _ffi
 from tiledispatch.tile_engine import runner
 
-ON = {"tma": True, "pdl": True, "multi_row": True}
+ON = {"tma": True, "pdl": True, "multi_row": True, "vendor": True}
 
 
 @pytest.fixture
@@ -31,17 +31,17 @@ def c_options(lib) -> dict:
 def test_the_c_options_round_trip_and_default_to_one(op, restored):
     lib = _ffi.library(op, "cpu")
     assert c_options(lib) == {field: int(on) for field, on in td.options().items()}
-    for values in ((0, 1, 0), (1, 0, 1), (0, 0, 0), (1, 1, 1)):
+    for values in ((0, 1, 0, 1), (1, 0, 1, 0), (0, 0, 0, 0), (1, 1, 1, 1)):
         assert lib.td_set_options(ctypes.byref(_ffi.TdOptions(*values))) == 0
         assert tuple(c_options(lib).values()) == values
     td.set_options(**ON)
 
 
-@pytest.mark.parametrize("field", ["tma", "pdl", "multi_row"])
+@pytest.mark.parametrize("field", ["tma", "pdl", "multi_row", "vendor"])
 def test_a_c_option_other_than_0_or_1_is_an_error_with_a_message(field, restored):
     lib = _ffi.library("gemm", "cpu")
     before = c_options(lib)
-    bad = _ffi.TdOptions(1, 1, 1)
+    bad = _ffi.TdOptions(1, 1, 1, 1)
     setattr(bad, field, 2)
     assert lib.td_set_options(ctypes.byref(bad)) == -1
     assert lib.last_error() == f"TdOptions.{field} is 2; each field is 0 or 1"
@@ -55,13 +55,13 @@ def test_python_options_apply_to_loaded_libraries_and_round_trip(restored):
     td.set_options(**ON)
     previous = td.set_options(tma=False, multi_row=0)
     assert previous == ON
-    assert td.options() == {"tma": False, "pdl": True, "multi_row": False}
-    assert c_options(gemm) == {"tma": 0, "pdl": 1, "multi_row": 0}
-    assert c_options(_ffi.library("conv", "cpu")) == {"tma": 0, "pdl": 1, "multi_row": 0}
-    td.set_options(pdl=False)  # the others stay as they are
-    assert td.options() == {"tma": False, "pdl": False, "multi_row": False}
+    assert td.options() == {"tma": False, "pdl": True, "multi_row": False, "vendor": True}
+    assert c_options(gemm) == {"tma": 0, "pdl": 1, "multi_row": 0, "vendor": 1}
+    assert c_options(_ffi.library("conv", "cpu")) == {"tma": 0, "pdl": 1, "multi_row": 0, "vendor": 1}
+    td.set_options(pdl=False, vendor=False)  # the others stay as they are
+    assert td.options() == {"tma": False, "pdl": False, "multi_row": False, "vendor": False}
     td.set_options(**previous)
-    assert td.options() == ON and c_options(gemm) == {"tma": 1, "pdl": 1, "multi_row": 1}
+    assert td.options() == ON and c_options(gemm) == {"tma": 1, "pdl": 1, "multi_row": 1, "vendor": 1}
 
 
 @pytest.mark.parametrize("value", [2, -1, "yes", 0.5])
@@ -96,7 +96,7 @@ def test_the_tile_engines_workers_run_under_the_callers_options(restored, tmp_pa
     worker = runner.Worker("cpu", tmp_path, [sys.executable, "-c", ECHO_WORKER])
     try:
         answers = list(worker.run_batch({"problem": {}, "kernels": ["k"]}, timeout=30))
-        assert [a["options"] for a in answers] == [{"tma": False, "pdl": True, "multi_row": False}]
+        assert [a["options"] for a in answers] == [{"tma": False, "pdl": True, "multi_row": False, "vendor": True}]
         answers = list(worker.run_batch({"problem": {}, "kernels": ["k"], "options": {"pdl": False}}, timeout=30))
         assert [a["options"] for a in answers] == [{"pdl": False}]  # the batch's own, as given
     finally:
