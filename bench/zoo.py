@@ -410,7 +410,7 @@ def print_row(r, elapsed):
     if "error" in r:
         print(f"{head} FAILED: {r['error'][:300]}", flush=True)
         return
-    fmt = lambda v, s: "n/a" if v is None else format(v, s)  # noqa: E731
+    fmt = lambda v, s: format("n/a", ">" + s.split(".")[0]) if v is None else format(v, s)  # noqa: E731
     flag = ""
     if zl.error_flagged(r):
         flag = " ERROR>limit"
