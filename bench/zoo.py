@@ -403,6 +403,15 @@ class Bench:
         return row
 
 
+def cudnn_version():
+    """torch's cuDNN version, or why torch cannot say (the run's results stand either way)."""
+    import torch
+    try:
+        return torch.backends.cudnn.version()
+    except RuntimeError as err:
+        return f"unknown: {err}"
+
+
 def print_row(r, elapsed):
     models = r["models"][0][0] + (f"+{len(r['models']) - 1}" if len(r["models"]) > 1 else "")
     head = (f"[{elapsed:6.0f}s] {r['layer'][:46]:46s} {models[:24]:24s} {r['class']:14s} {r['direction']:10s} "
@@ -467,7 +476,7 @@ def cmd_conv(args):
         print(f"REL ERROR above the limit: {r['layer']} {r['direction']} b{r['batch']} {r['dtype']} "
               f"{r['rel_error']:.2e} {r['kernel']}")
     doc = {"device": torch.cuda.get_device_name(), "target": bench.target, "layers_file": str(args.layers),
-           "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "vendor_option": bench.vendor_option,
+           "torch": torch.__version__, "cudnn": cudnn_version(), "vendor_option": bench.vendor_option,
            "reps": args.reps, "every": args.every, "elapsed_s": elapsed, "skipped_layers": skipped, "rows": rows}
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=None, separators=(",", ":")) + "\n")

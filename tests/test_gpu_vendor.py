@@ -121,6 +121,10 @@ def test_cublaslt_every_layout(kernel, shape):
         return m.to(dt) if row else m.t().contiguous().to(dt).t()
 
     if kernel.dtype.key == "fp8_e4m3":
+        if N % 8:  # cuBLASLt's fp8 output needs ldc a multiple of 8: refused, not run
+            problem = td.GemmProblem(M, N, K, "fp8_e4m3", "rcr")
+            assert not td.Dispatcher("gemm", GPU).is_supported(problem, kernel=kernel.name)
+            return
         a, b = stored(a32, True, torch.float8_e4m3fn), stored(b32, False, torch.float8_e4m3fn)
         c = td.gemm(a, b, kernel=kernel.name, alpha=0.5)
         ref = 0.5 * (a.double() @ b.double())

@@ -2,18 +2,23 @@
 // selection weighs the vendor against our kernels and a problem never runs slower than cuDNN
 // by more than the dispatcher's own misjudgment.
 //
-// cuDNN's legacy convolution API (cudnn_cnn, cuDNN 9): NHWC tensors with the groups as the
-// descriptor's group count, fp32 accumulation. The library is opened at run time
+// cuDNN's graph (backend) API, as torch and cudnn-frontend use it: one convolution operation
+// on NHWC tensors (the groups implied by the filter's channels), fp32 accumulation. Per
+// problem, pointer alignment and handle, one execution plan, kept for the process's life: the
+// engine configurations cuDNN's heuristic (mode A, then the fallback list) proposes are built
+// and, on the first run outside CUDA-graph capture, timed on the caller's tensors; the fastest
+// is kept, as torch's cudnn.benchmark does. During capture, where nothing can be timed, the
+// heuristic's first plan runs and the next call outside capture times them. (cuDNN 9's legacy
+// API, cudnnConvolutionForward and its Find, measured 3-40x slower than torch's cuDNN on the
+// H200: host work on every call and the legacy engines.) The library is opened at run time
 // (vendor_lib.hpp); the headers come from the toolkit or the nvidia-cudnn wheel at build time.
-// Per problem and device, one plan: descriptors and the algorithm cuDNN's own benchmark
-// (cudnnFind...) ranks fastest, as torch's cudnn.benchmark does. During CUDA-graph capture,
-// where a benchmark cannot run, the plan takes cuDNN's heuristic choice instead and the next
-// call outside capture benchmarks. 1D problems run as 2D with a height of 1.
+// 1D problems run as 2D with a height of 1.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,29 +43,17 @@ struct CudnnApi {
     decltype(&::cudnnGetErrorString) GetErrorString;
     decltype(&::cudnnCreate) Create;
     decltype(&::cudnnSetStream) SetStream;
-    decltype(&::cudnnCreateTensorDescriptor) CreateTensorDescriptor;
-    decltype(&::cudnnSetTensorNdDescriptor) SetTensorNdDescriptor;
-    decltype(&::cudnnCreateFilterDescriptor) CreateFilterDescriptor;
-    decltype(&::cudnnSetFilterNdDescriptor) SetFilterNdDescriptor;
-    decltype(&::cudnnCreateConvolutionDescriptor) CreateConvolutionDescriptor;
-    decltype(&::cudnnSetConvolutionNdDescriptor) SetConvolutionNdDescriptor;
-    decltype(&::cudnnSetConvolutionGroupCount) SetConvolutionGroupCount;
-    decltype(&::cudnnSetConvolutionMathType) SetConvolutionMathType;
-    decltype(&::cudnnFindConvolutionForwardAlgorithm) FindForward;
-    decltype(&::cudnnGetConvolutionForwardAlgorithm_v7) HeuristicForward;
-    decltype(&::cudnnConvolutionForward) Forward;
-    decltype(&::cudnnFindConvolutionBackwardDataAlgorithm) FindBackwardData;
-    decltype(&::cudnnGetConvolutionBackwardDataAlgorithm_v7) HeuristicBackwardData;
-    decltype(&::cudnnConvolutionBackwardData) BackwardData;
-    decltype(&::cudnnFindConvolutionBackwardFilterAlgorithm) FindBackwardFilter;
-    decltype(&::cudnnGetConvolutionBackwardFilterAlgorithm_v7) HeuristicBackwardFilter;
-    decltype(&::cudnnConvolutionBackwardFilter) BackwardFilter;
+    decltype(&::cudnnBackendCreateDescriptor) CreateDescriptor;
+    decltype(&::cudnnBackendDestroyDescriptor) DestroyDescriptor;
+    decltype(&::cudnnBackendSetAttribute) SetAttribute;
+    decltype(&::cudnnBackendGetAttribute) GetAttribute;
+    decltype(&::cudnnBackendFinalize) Finalize;
+    decltype(&::cudnnBackendExecute) Execute;
 };
 
 // The API, or nullptr with the reason in *why (no library, a missing symbol, cuDNN < 9).
 inline const CudnnApi* cudnn_api(std::string* why) {
-    static vendor::Library lib({"libcudnn.so.9", "libcudnn_cnn.so.9", "libcudnn_ops.so.9", "libcudnn_graph.so.9"},
-                               TD_CUDNN_LIBDIR);
+    static vendor::Library lib({"libcudnn.so.9", "libcudnn_graph.so.9"}, TD_CUDNN_LIBDIR);
     static CudnnApi api{};
     static std::string problem;
     static std::once_flag once;
@@ -74,23 +67,12 @@ inline const CudnnApi* cudnn_api(std::string* why) {
         vendor::resolve(lib, "cudnnGetErrorString", &api.GetErrorString, &missing);
         vendor::resolve(lib, "cudnnCreate", &api.Create, &missing);
         vendor::resolve(lib, "cudnnSetStream", &api.SetStream, &missing);
-        vendor::resolve(lib, "cudnnCreateTensorDescriptor", &api.CreateTensorDescriptor, &missing);
-        vendor::resolve(lib, "cudnnSetTensorNdDescriptor", &api.SetTensorNdDescriptor, &missing);
-        vendor::resolve(lib, "cudnnCreateFilterDescriptor", &api.CreateFilterDescriptor, &missing);
-        vendor::resolve(lib, "cudnnSetFilterNdDescriptor", &api.SetFilterNdDescriptor, &missing);
-        vendor::resolve(lib, "cudnnCreateConvolutionDescriptor", &api.CreateConvolutionDescriptor, &missing);
-        vendor::resolve(lib, "cudnnSetConvolutionNdDescriptor", &api.SetConvolutionNdDescriptor, &missing);
-        vendor::resolve(lib, "cudnnSetConvolutionGroupCount", &api.SetConvolutionGroupCount, &missing);
-        vendor::resolve(lib, "cudnnSetConvolutionMathType", &api.SetConvolutionMathType, &missing);
-        vendor::resolve(lib, "cudnnFindConvolutionForwardAlgorithm", &api.FindForward, &missing);
-        vendor::resolve(lib, "cudnnGetConvolutionForwardAlgorithm_v7", &api.HeuristicForward, &missing);
-        vendor::resolve(lib, "cudnnConvolutionForward", &api.Forward, &missing);
-        vendor::resolve(lib, "cudnnFindConvolutionBackwardDataAlgorithm", &api.FindBackwardData, &missing);
-        vendor::resolve(lib, "cudnnGetConvolutionBackwardDataAlgorithm_v7", &api.HeuristicBackwardData, &missing);
-        vendor::resolve(lib, "cudnnConvolutionBackwardData", &api.BackwardData, &missing);
-        vendor::resolve(lib, "cudnnFindConvolutionBackwardFilterAlgorithm", &api.FindBackwardFilter, &missing);
-        vendor::resolve(lib, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", &api.HeuristicBackwardFilter, &missing);
-        vendor::resolve(lib, "cudnnConvolutionBackwardFilter", &api.BackwardFilter, &missing);
+        vendor::resolve(lib, "cudnnBackendCreateDescriptor", &api.CreateDescriptor, &missing);
+        vendor::resolve(lib, "cudnnBackendDestroyDescriptor", &api.DestroyDescriptor, &missing);
+        vendor::resolve(lib, "cudnnBackendSetAttribute", &api.SetAttribute, &missing);
+        vendor::resolve(lib, "cudnnBackendGetAttribute", &api.GetAttribute, &missing);
+        vendor::resolve(lib, "cudnnBackendFinalize", &api.Finalize, &missing);
+        vendor::resolve(lib, "cudnnBackendExecute", &api.Execute, &missing);
         if (!missing.empty()) {
             problem = "the cuDNN library lacks " + missing;
         } else if (api.GetVersion() < 90000) {
@@ -114,35 +96,25 @@ inline int cudnn_fail(const CudnnApi& api, cudnnStatus_t s, const char* what) {
         if (td_status_ != CUDNN_STATUS_SUCCESS) return cudnn_fail(api, td_status_, what); \
     } while (0)
 
-// One problem's descriptors and algorithm (never freed: a plan lives as long as the process,
-// as torch's cache of them does).
+using BackendDesc = cudnnBackendDescriptor_t;
+
+// One execution plan (never destroyed: plans live for the process's life, as torch's cache).
 struct CudnnPlan {
-    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-    cudnnFilterDescriptor_t w = nullptr;
-    cudnnConvolutionDescriptor_t conv = nullptr;
-    int algo = -1;
-    cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
-    size_t workspace = 0;
-    bool benchmarked = false;  // false: cuDNN's heuristic choice (made during graph capture)
+    BackendDesc plan = nullptr;
+    int64_t workspace = 0;
+    bool benchmarked = false;  // false: the heuristic's first (chosen during graph capture)
 };
 
-// The element types cuDNN names.
-inline cudnnDataType_t cudnn_type(int dtype) {
-    return dtype == TD_FP16 ? CUDNN_DATA_HALF : dtype == TD_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
-
-// Why cuDNN's legacy API cannot take the problem ("" where it can): its int dimensions and
-// strides, and at least two spatial dimensions (1D runs as 2D).
+// Why cuDNN cannot take the problem ("" where it can): its 32-bit element offsets.
 inline std::string cudnn_limits(const ConvGeometry& g) {
-    const int64_t big = INT32_MAX;
     const int64_t sizes[3] = {g.N * g.in_pixels() * g.G * g.C, g.N * g.out_pixels() * g.G * g.K,
                               g.G * g.K * g.taps() * g.C};
     for (int64_t v : sizes)
-        if (v > big) return "a tensor has more than 2^31 - 1 elements (cuDNN's legacy API takes int sizes)";
+        if (v > INT32_MAX) return "a tensor has more than 2^31 - 1 elements";
     return "";
 }
 
-// A cuDNN handle per device and thread (cuDNN's rule: one handle per thread is safe).
+// A cuDNN handle per device and thread (cuDNN's rule: a handle is not shared between threads).
 inline int cudnn_handle(const CudnnApi& api, cudnnHandle_t* out) {
     static thread_local std::map<int, cudnnHandle_t> handles;
     int device = 0;
@@ -157,113 +129,236 @@ inline int cudnn_handle(const CudnnApi& api, cudnnHandle_t* out) {
     return TD_OK;
 }
 
-// The descriptors of a problem: NHWC (strided NCHW in cuDNN's terms), the filter KCRS in
-// NHWC order, G groups. Spatial dims as cuDNN wants them: 2D for 1D and 2D problems.
-inline int cudnn_describe(const CudnnApi& api, const TdConvProblem& p, const ConvGeometry& g, CudnnPlan* plan) {
+// The largest power of two up to 16 that divides every address.
+inline int64_t cudnn_alignment(const void* a, const void* b, const void* c) {
+    const uintptr_t v = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
+                        reinterpret_cast<uintptr_t>(c);
+    int64_t align = 16;
+    while (align > 1 && v % align) align /= 2;
+    return align;
+}
+
+constexpr int64_t kCudnnX = 'x', kCudnnW = 'w', kCudnnY = 'y';  // the tensors' unique ids
+
+// The finalized operation graph of a problem: x (N, G*C, spatial...), w (G*K, C, filter...),
+// y (N, G*K, out...), every one NHWC in memory.
+inline int cudnn_graph(const CudnnApi& api, const TdConvProblem& p, const ConvGeometry& g, cudnnHandle_t h,
+                       int64_t align, BackendDesc* out) {
     const int spatial = p.ndim == 3 ? 3 : 2;
     const int first = 3 - spatial;  // the geometry's index of cuDNN's first spatial dim
-    const cudnnDataType_t type = cudnn_type(p.dtype);
-    auto tensor = [&](cudnnTensorDescriptor_t* desc, int64_t channels, const int64_t* size) -> int {
-        int dims[5], strides[5];
-        dims[0] = (int)g.N;
-        dims[1] = (int)channels;
+    const cudnnDataType_t type = p.dtype == TD_FP16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    auto set = [&](BackendDesc d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t kind, int64_t n,
+                   const void* value) { return api.SetAttribute(d, name, kind, n, value); };
+    auto tensor = [&](BackendDesc* desc, int64_t uid, int64_t n, int64_t channels, const int64_t* size) -> int {
+        int64_t dims[5], strides[5];
+        dims[0] = n;
+        dims[1] = channels;
         int64_t stride = channels;
         for (int d = spatial - 1; d >= 0; --d) {
-            dims[2 + d] = (int)size[first + d];
-            strides[2 + d] = (int)stride;
+            dims[2 + d] = size[first + d];
+            strides[2 + d] = stride;
             stride *= size[first + d];
         }
         strides[1] = 1;
-        strides[0] = (int)stride;
-        TD_CUDNN(api, api.CreateTensorDescriptor(desc), "cudnnCreateTensorDescriptor");
-        TD_CUDNN(api, api.SetTensorNdDescriptor(*desc, type, spatial + 2, dims, strides), "cudnnSetTensorNdDescriptor");
+        strides[0] = stride;
+        const int64_t rank = spatial + 2;
+        TD_CUDNN(api, api.CreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, desc), "tensor descriptor");
+        TD_CUDNN(api, set(*desc, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type), "tensor data type");
+        TD_CUDNN(api, set(*desc, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, rank, dims), "tensor dimensions");
+        TD_CUDNN(api, set(*desc, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, rank, strides), "tensor strides");
+        TD_CUDNN(api, set(*desc, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid), "tensor id");
+        TD_CUDNN(api, set(*desc, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align), "tensor alignment");
+        TD_CUDNN(api, api.Finalize(*desc), "tensor finalize");
         return TD_OK;
     };
-    if (int s = tensor(&plan->x, g.G * g.C, g.in)) return s;
-    if (int s = tensor(&plan->y, g.G * g.K, g.out)) return s;
-    int fdims[5] = {(int)(g.G * g.K), (int)g.C, 1, 1, 1};
-    int pad[3], stride[3], dil[3];
+    BackendDesc x = nullptr, w = nullptr, y = nullptr, conv = nullptr, op = nullptr, graph = nullptr;
+    const int64_t filter_size[3] = {g.fil[0], g.fil[1], g.fil[2]};
+    if (int s = tensor(&x, kCudnnX, g.N, g.G * g.C, g.in)) return s;
+    if (int s = tensor(&y, kCudnnY, g.N, g.G * g.K, g.out)) return s;
+    if (int s = tensor(&w, kCudnnW, g.G * g.K, g.C, filter_size)) return s;
+    int64_t pad[3], stride[3], dil[3];
     for (int d = 0; d < spatial; ++d) {
-        fdims[2 + d] = (int)g.fil[first + d];
-        pad[d] = (int)g.pad[first + d];
-        stride[d] = (int)g.stride[first + d];
-        dil[d] = (int)g.dil[first + d];
+        pad[d] = g.pad[first + d];
+        stride[d] = g.stride[first + d];
+        dil[d] = g.dil[first + d];
     }
-    TD_CUDNN(api, api.CreateFilterDescriptor(&plan->w), "cudnnCreateFilterDescriptor");
-    TD_CUDNN(api, api.SetFilterNdDescriptor(plan->w, type, CUDNN_TENSOR_NHWC, spatial + 2, fdims),
-             "cudnnSetFilterNdDescriptor");
-    TD_CUDNN(api, api.CreateConvolutionDescriptor(&plan->conv), "cudnnCreateConvolutionDescriptor");
-    TD_CUDNN(api, api.SetConvolutionNdDescriptor(plan->conv, spatial, pad, stride, dil, CUDNN_CROSS_CORRELATION,
-                                                 CUDNN_DATA_FLOAT),
-             "cudnnSetConvolutionNdDescriptor");
-    TD_CUDNN(api, api.SetConvolutionGroupCount(plan->conv, (int)g.G), "cudnnSetConvolutionGroupCount");
-    TD_CUDNN(api, api.SetConvolutionMathType(plan->conv, CUDNN_TENSOR_OP_MATH), "cudnnSetConvolutionMathType");
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    const int64_t dims = spatial;
+    TD_CUDNN(api, api.CreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv), "convolution descriptor");
+    TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute), "compute type");
+    TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode), "mode");
+    TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims), "spatial dims");
+    TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, dims, pad), "paddings");
+    TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, dims, pad), "paddings");
+    TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, dims, stride), "strides");
+    TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dims, dil), "dilations");
+    TD_CUDNN(api, api.Finalize(conv), "convolution finalize");
+    const float alpha = 1.0f, beta = 0.0f;
+    const int dir = p.base.direction;
+    const cudnnBackendDescriptorType_t kind = dir == TD_CONV_FWD ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
+        : dir == TD_CONV_BWD_DATA ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
+                                  : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+    TD_CUDNN(api, api.CreateDescriptor(kind, &op), "operation descriptor");
+    const auto D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    if (dir == TD_CONV_FWD) {
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, D, 1, &x), "op x");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, D, 1, &w), "op w");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, D, 1, &y), "op y");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, D, 1, &conv), "op conv");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha), "alpha");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta), "beta");
+    } else if (dir == TD_CONV_BWD_DATA) {
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, D, 1, &x), "op dx");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, D, 1, &w), "op w");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, D, 1, &y), "op dy");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, D, 1, &conv), "op conv");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha), "alpha");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta), "beta");
+    } else {
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, D, 1, &x), "op x");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, D, 1, &w), "op dw");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, D, 1, &y), "op dy");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, D, 1, &conv), "op conv");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha), "alpha");
+        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta), "beta");
+    }
+    TD_CUDNN(api, api.Finalize(op), "operation finalize");
+    TD_CUDNN(api, api.CreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph), "graph descriptor");
+    TD_CUDNN(api, set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, D, 1, &op), "graph ops");
+    TD_CUDNN(api, set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h), "graph handle");
+    TD_CUDNN(api, api.Finalize(graph), "graph finalize");
+    *out = graph;
     return TD_OK;
 }
 
-// Chooses the plan's algorithm: cuDNN's benchmark (its fastest that succeeded) or, during
-// capture, its heuristic's first.
-template <class Perf, class Choose>
-int cudnn_choose(const CudnnApi& api, Choose choose, CudnnPlan* plan, const char* what) {
-    Perf perf[16];
-    int count = 0;
-    TD_CUDNN(api, choose(16, &count, perf), what);
-    for (int i = 0; i < count; ++i) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-        plan->algo = (int)perf[i].algo;
-        plan->math = perf[i].mathType;
-        plan->workspace = perf[i].memory;
-        return TD_OK;
+// The execution plans cuDNN's heuristic `mode` proposes for a graph, in its order (at most
+// `limit`; configurations that do not finalize are skipped).
+inline void cudnn_candidates(const CudnnApi& api, cudnnHandle_t h, BackendDesc graph, cudnnBackendHeurMode_t mode,
+                             size_t limit, std::vector<CudnnPlan>* out) {
+    BackendDesc heur = nullptr;
+    if (api.CreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) != CUDNN_STATUS_SUCCESS) return;
+    if (api.SetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) !=
+            CUDNN_STATUS_SUCCESS ||
+        api.SetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) != CUDNN_STATUS_SUCCESS ||
+        api.Finalize(heur) != CUDNN_STATUS_SUCCESS)
+        return;
+    int64_t count = 0;
+    if (api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr) !=
+            CUDNN_STATUS_SUCCESS || count <= 0)
+        return;
+    std::vector<BackendDesc> configs((size_t)count, nullptr);
+    for (auto& c : configs) api.CreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c);
+    int64_t got = 0;
+    if (api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                         configs.data()) != CUDNN_STATUS_SUCCESS)
+        return;
+    for (int64_t i = 0; i < got && out->size() < limit; ++i) {
+        BackendDesc plan = nullptr;
+        if (api.CreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) continue;
+        int64_t ws = 0, n = 0;
+        if (api.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) != CUDNN_STATUS_SUCCESS ||
+            api.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                             &configs[i]) != CUDNN_STATUS_SUCCESS ||
+            api.Finalize(plan) != CUDNN_STATUS_SUCCESS ||
+            api.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws) !=
+                CUDNN_STATUS_SUCCESS) {
+            api.DestroyDescriptor(plan);
+            continue;
+        }
+        out->push_back(CudnnPlan{plan, ws, false});
     }
-    return fail(TD_REJECTED, std::string(what) + ": cuDNN has no algorithm for this problem");
 }
 
-// The plan of a problem on the current device (built on first use; *plan valid for the
-// process's life).
-inline int cudnn_plan(const CudnnApi& api, const TdConvProblem& p, cudnnHandle_t h, bool capturing,
-                      const CudnnPlan** out) {
+// Runs one plan on the caller's tensors.
+inline cudnnStatus_t cudnn_execute(const CudnnApi& api, cudnnHandle_t h, const CudnnPlan& plan, const void* x,
+                                   const void* w, const void* y, void* workspace) {
+    BackendDesc pack = nullptr;
+    cudnnStatus_t s = api.CreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+    if (s != CUDNN_STATUS_SUCCESS) return s;
+    const int64_t uids[3] = {kCudnnX, kCudnnW, kCudnnY};
+    void* ptrs[3] = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+    if ((s = api.SetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)) ==
+            CUDNN_STATUS_SUCCESS &&
+        (s = api.SetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs)) ==
+            CUDNN_STATUS_SUCCESS &&
+        (s = api.SetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace)) ==
+            CUDNN_STATUS_SUCCESS &&
+        (s = api.Finalize(pack)) == CUDNN_STATUS_SUCCESS)
+        s = api.Execute(h, plan.plan, pack);
+    api.DestroyDescriptor(pack);
+    return s;
+}
+
+constexpr int64_t kCudnnMaxWorkspace = int64_t(1) << 30;
+
+// The fastest of the candidates on the caller's tensors (each run once to warm up, then
+// timed three times, the median kept); -1 where none runs.
+inline long cudnn_fastest(const CudnnApi& api, cudnnHandle_t h, const std::vector<CudnnPlan>& plans,
+                          cudaStream_t stream, const void* x, const void* w, const void* y, void* workspace) {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
+    long best = -1;
+    float best_ms = 0.0f;
+    for (size_t i = 0; i < plans.size(); ++i) {
+        if (plans[i].workspace > kCudnnMaxWorkspace) continue;
+        if (cudnn_execute(api, h, plans[i], x, w, y, workspace) != CUDNN_STATUS_SUCCESS) continue;
+        float ms[3];
+        bool ok = true;
+        for (float& m : ms) {
+            cudaEventRecord(start, stream);
+            ok = ok && cudnn_execute(api, h, plans[i], x, w, y, workspace) == CUDNN_STATUS_SUCCESS;
+            cudaEventRecord(stop, stream);
+            ok = ok && cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&m, start, stop) == cudaSuccess;
+        }
+        if (!ok) continue;
+        std::sort(ms, ms + 3);
+        if (best < 0 || ms[1] < best_ms) best = (long)i, best_ms = ms[1];
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGetLastError();  // a candidate's launch failure is not the call's
+    return best;
+}
+
+// The plan for a problem on this handle and alignment (built on first use, timed on the first
+// run outside capture); *out valid for the process's life.
+inline int cudnn_plan(const CudnnApi& api, const TdConvProblem& p, cudnnHandle_t h, cudaStream_t stream,
+                      bool capturing, const void* x, const void* w, const void* y, const CudnnPlan** out) {
     static std::mutex lock;
-    static std::map<std::string, std::unique_ptr<CudnnPlan>> plans;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return fail(TD_ERROR, "cudaGetDevice failed");
+    static std::map<std::string, CudnnPlan> plans;
+    const int64_t align = cudnn_alignment(x, w, y);
     std::string key(reinterpret_cast<const char*>(&p), sizeof p);
-    key.append(reinterpret_cast<const char*>(&device), sizeof device);
+    key.append(reinterpret_cast<const char*>(&h), sizeof h);
+    key.append(reinterpret_cast<const char*>(&align), sizeof align);
     std::lock_guard<std::mutex> guard(lock);
-    std::unique_ptr<CudnnPlan>& plan = plans[key];
-    if (plan && (plan->benchmarked || capturing)) {
-        *out = plan.get();
-        return TD_OK;
+    auto it = plans.find(key);
+    if (it != plans.end() && (it->second.benchmarked || capturing)) return *out = &it->second, TD_OK;
+    ConvGeometry g{};
+    conv_geometry(p, &g);
+    BackendDesc graph = nullptr;
+    if (int s = cudnn_graph(api, p, g, h, align, &graph)) return s;
+    std::vector<CudnnPlan> candidates;
+    cudnn_candidates(api, h, graph, CUDNN_HEUR_MODE_A, capturing ? 1 : 8, &candidates);
+    if (candidates.empty()) cudnn_candidates(api, h, graph, CUDNN_HEUR_MODE_FALLBACK, capturing ? 1 : 4, &candidates);
+    if (candidates.empty()) return fail(TD_REJECTED, "cuDNN has no engine for this problem");
+    long chosen = 0;
+    if (!capturing) {
+        int64_t most = 0;
+        for (const CudnnPlan& c : candidates)
+            if (c.workspace <= kCudnnMaxWorkspace) most = std::max(most, c.workspace);
+        void* workspace = nullptr;
+        if (most)
+            if (int s = device::scratch((size_t)most, stream, &workspace)) return s;
+        chosen = cudnn_fastest(api, h, candidates, stream, x, w, y, workspace);
+        if (chosen < 0) return fail(TD_REJECTED, "none of cuDNN's engines ran this problem");
     }
-    if (!plan) {
-        ConvGeometry g{};
-        conv_geometry(p, &g);
-        auto fresh = std::make_unique<CudnnPlan>();
-        if (int s = cudnn_describe(api, p, g, fresh.get())) return s;
-        plan = std::move(fresh);
-    }
-    CudnnPlan* pl = plan.get();
-    const int dir = p.base.direction;
-    int s = TD_OK;
-    if (dir == TD_CONV_FWD) {
-        s = capturing ? cudnn_choose<cudnnConvolutionFwdAlgoPerf_t>(api, [&](int n, int* c, auto* perf) {
-                return api.HeuristicForward(h, pl->x, pl->w, pl->conv, pl->y, n, c, perf); }, pl, "cudnnGetConvolutionForwardAlgorithm_v7")
-                      : cudnn_choose<cudnnConvolutionFwdAlgoPerf_t>(api, [&](int n, int* c, auto* perf) {
-                return api.FindForward(h, pl->x, pl->w, pl->conv, pl->y, n, c, perf); }, pl, "cudnnFindConvolutionForwardAlgorithm");
-    } else if (dir == TD_CONV_BWD_DATA) {
-        s = capturing ? cudnn_choose<cudnnConvolutionBwdDataAlgoPerf_t>(api, [&](int n, int* c, auto* perf) {
-                return api.HeuristicBackwardData(h, pl->w, pl->y, pl->conv, pl->x, n, c, perf); }, pl, "cudnnGetConvolutionBackwardDataAlgorithm_v7")
-                      : cudnn_choose<cudnnConvolutionBwdDataAlgoPerf_t>(api, [&](int n, int* c, auto* perf) {
-                return api.FindBackwardData(h, pl->w, pl->y, pl->conv, pl->x, n, c, perf); }, pl, "cudnnFindConvolutionBackwardDataAlgorithm");
-    } else {
-        s = capturing ? cudnn_choose<cudnnConvolutionBwdFilterAlgoPerf_t>(api, [&](int n, int* c, auto* perf) {
-                return api.HeuristicBackwardFilter(h, pl->x, pl->y, pl->conv, pl->w, n, c, perf); }, pl, "cudnnGetConvolutionBackwardFilterAlgorithm_v7")
-                      : cudnn_choose<cudnnConvolutionBwdFilterAlgoPerf_t>(api, [&](int n, int* c, auto* perf) {
-                return api.FindBackwardFilter(h, pl->x, pl->y, pl->conv, pl->w, n, c, perf); }, pl, "cudnnFindConvolutionBackwardFilterAlgorithm");
-    }
-    if (s) return s;
-    pl->benchmarked = !capturing;
-    TD_CUDNN(api, api.SetConvolutionMathType(pl->conv, pl->math), "cudnnSetConvolutionMathType");
-    *out = pl;
+    CudnnPlan kept = candidates[(size_t)chosen];
+    kept.benchmarked = !capturing;
+    for (size_t i = 0; i < candidates.size(); ++i)
+        if ((long)i != chosen) api.DestroyDescriptor(candidates[i].plan);
+    plans[key] = kept;
+    *out = &plans[key];
     return TD_OK;
 }
 
@@ -282,10 +377,11 @@ struct CudnnConv {
         return TD_OK;
     }
 
-    // The workspace comes from the backend's scratch buffer (its size is the algorithm's,
-    // known once cuDNN has benchmarked the problem on its first run).
+    // The workspace comes from the backend's scratch buffer (its size is the plan's, known
+    // once cuDNN's engines have been timed on the problem's first run).
     static size_t workspace_size(const TdConvProblem&) { return 0; }
 
+    // in, wei, out: x, w, y (fwd), dx, w, dy (bwd_data), x, dw, dy (bwd_weight).
     static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,
                    void* stream_ptr) {
         std::string why;
@@ -299,34 +395,17 @@ struct CudnnConv {
         if (int s = cudnn_handle(*api, &h)) return s;
         TD_CUDNN(*api, api->SetStream(h, stream), "cudnnSetStream");
         const CudnnPlan* plan = nullptr;
-        if (int s = cudnn_plan(*api, p, h, capture != cudaStreamCaptureStatusNone, &plan)) return s;
+        if (int s = cudnn_plan(*api, p, h, stream, capture != cudaStreamCaptureStatusNone, in, wei, out, &plan))
+            return s;
         void* work = nullptr;
         if (plan->workspace) {
-            if (ws && ws_bytes >= plan->workspace) {
+            if (ws && ws_bytes >= (size_t)plan->workspace) {
                 work = ws;
-            } else if (int s = device::scratch(plan->workspace, stream_ptr, &work)) {
+            } else if (int s = device::scratch((size_t)plan->workspace, stream_ptr, &work)) {
                 return s;
             }
         }
-        const float one = 1.0f, zero = 0.0f;
-        if constexpr (Direction == TD_CONV_FWD) {
-            TD_CUDNN(*api, api->Forward(h, &one, plan->x, in, plan->w, wei, plan->conv,
-                                        (cudnnConvolutionFwdAlgo_t)plan->algo, work, plan->workspace, &zero,
-                                        plan->y, out),
-                     "cudnnConvolutionForward");
-        } else if constexpr (Direction == TD_CONV_BWD_DATA) {
-            // in = dx (written), out = dy
-            TD_CUDNN(*api, api->BackwardData(h, &one, plan->w, wei, plan->y, out, plan->conv,
-                                             (cudnnConvolutionBwdDataAlgo_t)plan->algo, work, plan->workspace,
-                                             &zero, plan->x, const_cast<void*>(in)),
-                     "cudnnConvolutionBackwardData");
-        } else {
-            // wei = dw (written), out = dy
-            TD_CUDNN(*api, api->BackwardFilter(h, &one, plan->x, in, plan->y, out, plan->conv,
-                                               (cudnnConvolutionBwdFilterAlgo_t)plan->algo, work, plan->workspace,
-                                               &zero, plan->w, const_cast<void*>(wei)),
-                     "cudnnConvolutionBackwardFilter");
-        }
+        TD_CUDNN(*api, cudnn_execute(*api, h, *plan, in, wei, out, work), "cudnnBackendExecute");
         return TD_OK;
     }
 };

@@ -113,8 +113,9 @@ struct CublasLtGemm {
         const int64_t ldc = p.ldc ? p.ldc : p.N;
         if (lda < (a_row ? p.K : p.M) || ldb < (b_row ? p.N : p.K) || ldc < p.N)
             return *why = "a leading dimension is smaller than its operand's rows", TD_UNSUPPORTED;
-        if (fp8 && (p.K % 16 || lda % 16 || ldb % 16))
-            return *why = "cuBLASLt's fp8 matmul needs K and the leading dimensions a multiple of 16", TD_UNSUPPORTED;
+        if (fp8 && (p.K % 16 || lda % 16 || ldb % 16 || ldc % 8))
+            return *why = "cuBLASLt's fp8 matmul needs K, lda and ldb multiples of 16 and ldc a multiple of 8",
+                   TD_UNSUPPORTED;
         if (!cublaslt_api(why)) return TD_UNSUPPORTED;
         return TD_OK;
     }
@@ -154,9 +155,11 @@ struct CublasLtGemm {
             TD_CUBLAS(api.PrefSet(pref, attr, &align, sizeof align), "alignment preference");
         cublasLtMatmulHeuristicResult_t result{};
         int count = 0;
-        TD_CUBLAS(api.Heuristic(h, fresh->desc, fresh->a, fresh->b, fresh->c, fresh->c, pref, 1, &result, &count),
-                  "cublasLtMatmulAlgoGetHeuristic");
-        if (count < 1) return fail(TD_REJECTED, "cuBLASLt has no algorithm for this problem");
+        const cublasStatus_t found =
+            api.Heuristic(h, fresh->desc, fresh->a, fresh->b, fresh->c, fresh->c, pref, 1, &result, &count);
+        if (found == CUBLAS_STATUS_NOT_SUPPORTED || (found == CUBLAS_STATUS_SUCCESS && count < 1))
+            return fail(TD_REJECTED, "cuBLASLt has no algorithm for this problem");
+        TD_CUBLAS(found, "cublasLtMatmulAlgoGetHeuristic");
         fresh->algo = result.algo;
         fresh->workspace = result.workspaceSize;
         plan = std::move(fresh);

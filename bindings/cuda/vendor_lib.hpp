@@ -1,7 +1,10 @@
 // Vendor libraries (cuDNN, cuBLASLt) opened at run time: a library built with a vendor family
 // loads and runs without the vendor's shared library, whose kernels then decline every
-// problem with the reason. Opened by soname first (a process that imported torch has it
-// already), then from the folder the build found it in (TD_<VENDOR>_LIBDIR).
+// problem with the reason. Each soname is taken, in this order, from: the process, where it
+// is loaded already (torch's copy, say); the folder the build found the headers' library in
+// (TD_<VENDOR>_LIBDIR: the wheel torch installed, on a machine like the build's); the
+// loader's search path. The first two come before the search path so that a system copy of
+// another version does not shadow the one torch was built against.
 #pragma once
 
 #include <dlfcn.h>
@@ -23,9 +26,10 @@ class Library {
     bool open(std::string* why) {
         std::call_once(once_, [this] {
             for (const std::string& soname : sonames_) {
-                void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_GLOBAL);
+                void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
                 if (!handle && !libdir_.empty())
                     handle = dlopen((libdir_ + "/" + soname).c_str(), RTLD_NOW | RTLD_GLOBAL);
+                if (!handle) handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_GLOBAL);
                 if (handle) {
                     handles_.push_back(handle);
                 } else if (handles_.empty()) {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 import threading
 from importlib import resources
 
@@ -117,10 +118,25 @@ _loaded: list = []  # every Library loaded in this process
 _options = None  # the TdOptions set_options gave every library (None: the libraries' defaults)
 
 
+def _torch_vendor_libraries_first() -> None:
+    """Where the process imported torch, has it load its own cuDNN before a vendor kernel
+    opens one (torch loads it lazily): the vendor kernels then take torch's copy, and a
+    system cuDNN of another version cannot shadow the one torch was built against."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        torch.backends.cudnn.version()
+    except Exception:  # a torch without CUDA, a broken install: the kernels find their own
+        pass
+
+
 @functools.lru_cache(maxsize=None)
 def _load(op: str, target: str) -> Library:
     info = registry().library(op, target)
     entry = kernels_dir() / info["file"]
+    if target != "cpu":
+        _torch_vendor_libraries_first()
     with _lock:
         # as_file keeps a real path for a library inside a zip; a plain install returns it as is.
         with resources.as_file(entry) as path:
