@@ -1,9 +1,10 @@
 // The cublaslt family's cost-model entry (cuda/gemm_cublaslt.cuh): cuBLASLt modelled as the
-// best of the CUTLASS sm90 tiles our manifest builds (the GPU wave model, models.hpp) and 2%
+// best of the CUTLASS sm90 tiles our manifest builds (the GPU wave model, models.hpp) and 5%
 // slower, so that where our kernels model as well they keep the problem, and the vendor takes
-// it where the tuning table's pick models worse than the best tile by more than 2% (a table
-// that never measured cuBLASLt weighs it through this entry, tuning.hpp). Measured on the
-// H200: our pick 1.00x cuBLAS over the aligned suite, 0.91-0.92x at 32-256 tokens.
+// it where the tuning table's pick models worse than the best tile by more than 5% (a table
+// that never measured cuBLASLt weighs it through this entry, tuning.hpp). Our pick measured
+// 1.00x cuBLAS over the aligned suite on the H200, 0.91-0.92x at 32-256 tokens; this prior
+// is not yet measured against a GEMM table that holds cuBLASLt.
 #include <algorithm>
 
 #include "cost/models.hpp"
@@ -18,7 +19,7 @@ double cublaslt_gemm_cost(const KernelInfo& k, const TdGemmProblem& p, const Cos
     };
     double best = 1e300;
     for (const Sm90Tile& t : tiles) best = std::min(best, sm90_gemm_model(t, s, false, ctx.workers));
-    return std::max(best, gpu_dram_floor(s, k.dtype)) * 1.02;
+    return std::max(best, gpu_dram_floor(s, k.dtype)) * 1.05;
 }
 
 }  // namespace td
