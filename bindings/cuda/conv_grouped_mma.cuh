@@ -10,9 +10,14 @@
 //   fwd        m = output pixel (N x out pixels), n = output channel k (K), r = (tap, c)
 //              A[m][(tap, c)] = x[in(m, tap)][g][c] (zero outside the image), B[k][r] = w[g K + k][r]
 //   bwd_data   m = input pixel (N x in pixels), n = input channel c (C), r = (tap, k)
-//              A[m][(tap, k)] = dy[o][g][k] where o = (i + pad - f dil) / stride is whole and
-//              inside the output (else zero: at stride > 1 a gather with the missing taps
-//              zero-filled), B[c][(tap, k)] = w[g K + k][tap][c]
+//              A[m][(tap, k)] = dy[o][g][k] with o = (i + pad - f dil) / stride where that is
+//              whole and inside the output (else zero), B[c][(tap, k)] = w[g K + k][tap][c].
+//              At stride s > 1 the input pixels split into s^ndim phases (i mod s per dimension);
+//              within a phase the taps whose division is whole are the same for every pixel, an
+//              arithmetic progression f = first + t (s / gcd(s, dil)), and o = j + base - t step
+//              for the phase's pixel i = phase + s j: a stride-1 gather over the phase's taps
+//              only (no zero-filled taps). The phases are a grid dimension (y, with the column
+//              tiles); a phase without taps writes zeros.
 //   bwd_weight m = output channel k (K), n = (tap, c) (taps x C), r = output pixel p (N x out pixels)
 //              A[k][p] = dy[p][g][k], B[(tap, c)][p] = x[in(p, tap)][g][c]
 // The group is the grid's z: one launch for all groups. A block computes a BM x BN tile of D
@@ -49,8 +54,9 @@ __device__ __forceinline__ void gmma_cp_async_wait() {
 
 // The GEMM of one group and how the grid covers it.
 struct GmmaPlan {
-    int M, Ng, Kred;      // per group: rows, columns, reduction length
-    int mtiles, ntiles;   // tiles of BM rows, BN columns
+    int M, Ng, Kred;      // per group: rows, columns, reduction length (bwd_data: at stride 1)
+    int mtiles, ntiles;   // tiles of BM rows (bwd_data: of the largest stride phase), BN columns
+    int phases;           // bwd_data: stride phases (grid y = phases x ntiles); else 1
     int splits, kslice;   // bwd_weight: reduction slices (grid y), reduction length per slice (whole BK steps)
     int64_t elems;        // bwd_weight: elements of dw (G K taps C), the stride of the partial rows
 };
@@ -67,6 +73,15 @@ inline GmmaPlan gmma_plan(const ConvGeometry& g, int direction, int bm, int bn, 
     }
     p.mtiles = (p.M + bm - 1) / bm;
     p.ntiles = (p.Ng + bn - 1) / bn;
+    p.phases = 1;
+    if (direction == TD_CONV_BWD_DATA) {
+        int64_t rows = g.N;  // phase 0's pixels: the most of any phase
+        for (int d = 0; d < 3; ++d) {
+            p.phases *= (int)g.stride[d];
+            rows *= (g.in[d] + g.stride[d] - 1) / g.stride[d];
+        }
+        p.mtiles = (int)((rows + bm - 1) / bm);
+    }
     p.elems = g.G * g.K * taps * g.C;
     p.splits = 1;
     p.kslice = (p.Kred + bk - 1) / bk * bk;
@@ -84,6 +99,49 @@ inline GmmaPlan gmma_plan(const ConvGeometry& g, int direction, int bm, int bn, 
     return p;
 }
 
+// How the GEMM rows of one block map to pixels and its reduction's taps to source positions
+// (fwd, and bwd_data's stride phase; see above): row m = (image, j) over the sizes cnt, the
+// reduction's taps t over tcount; the source position of (j, t) is j mul + add + t tstep per
+// dimension; the filter tap of t is first + t inc; the row's own pixel (bwd_data: where the
+// result goes) is ph + j stride.
+struct GmmaRows {
+    int cnt[3], mul[3], add[3], tcount[3], tstep[3], first[3], inc[3], ph[3];
+    int M, taps;
+};
+
+__device__ __forceinline__ GmmaRows gmma_rows(const DeviceGeometry& g, int direction, int phase) {
+    GmmaRows r;
+    int rest = phase;
+#pragma unroll
+    for (int d = 2; d >= 0; --d) {
+        if (direction == TD_CONV_FWD) {
+            r.cnt[d] = g.out[d]; r.mul[d] = g.stride[d]; r.add[d] = -g.pad[d];
+            r.tcount[d] = g.fil[d]; r.tstep[d] = g.dil[d]; r.first[d] = 0; r.inc[d] = 1; r.ph[d] = 0;
+            continue;
+        }
+        const int s = g.stride[d], dil = g.dil[d], pad = g.pad[d];
+        const int p = rest % s;
+        rest /= s;
+        int a = s, b = dil;  // gcd(s, dil)
+        while (b) { const int t = a % b; a = b; b = t; }
+        const int inc = s / a;
+        int first = -1;
+        for (int f = 0; f < inc && f < g.fil[d]; ++f)
+            if ((p + pad - f * dil) % s == 0) { first = f; break; }
+        r.ph[d] = p;
+        r.cnt[d] = p < g.in[d] ? (g.in[d] - p + s - 1) / s : 0;
+        r.mul[d] = 1;
+        r.first[d] = first < 0 ? 0 : first;
+        r.inc[d] = inc;
+        r.tcount[d] = first < 0 ? 0 : (g.fil[d] - 1 - first) / inc + 1;
+        r.add[d] = first < 0 ? 0 : (p + pad - first * dil) / s;  // exact
+        r.tstep[d] = -(inc * dil / s);
+    }
+    r.M = g.N * r.cnt[0] * r.cnt[1] * r.cnt[2];
+    r.taps = r.tcount[0] * r.tcount[1] * r.tcount[2];
+    return r;
+}
+
 // Byte offsets of the shared-memory tiles of one stage.
 template <int Direction, int BM, int BN, int BK>
 struct GmmaSmem {
@@ -99,88 +157,76 @@ struct GmmaSmem {
 };
 
 // fwd / bwd_data A: BM rows (pixels) x BK of (tap, channel), gathered from the source tensor
-// src[N][*S][G][CH] (fwd: x, S = in, CH = C; bwd_data: dy, S = out, CH = K). A thread copies
-// column v (8 channels) of BM / 32 rows; every row of a thread is at the same r, so one
-// (tap, channel) state per thread, advanced by BK each step (no division in the loop).
+// src[N][*S][G][CH] (fwd: x, S = in, CH = C; bwd_data: dy, S = out, CH = K) through GmmaRows.
+// A thread copies column v (8 channels) of BM / 32 rows (BK 32; BM / 16 at BK 64); every row
+// of a thread is at the same r, so one (tap, channel) state per thread, advanced by BK each
+// step (no division in the loop).
 template <class T, int Direction, int BM, int BK>
 struct GmmaGatherA {
-    static constexpr int kRows = BM * BK / 8 / kGmmaThreads;  // rows a thread copies
     static constexpr int kVecs = BK / 8;                      // 16-byte vectors per row
+    static constexpr int kRowStep = kGmmaThreads / kVecs;
+    static constexpr int kRows = BM / kRowStep;               // rows a thread copies
     int base[kRows];        // element offset of the row's image and group; -1: past the GEMM's rows
-    int pos[kRows][3];      // fwd: out * stride - pad; bwd_data: in + pad
-    int c, f[3];            // the thread's (tap as filter coordinates, channel) at the current step
+    int pos[kRows][3];      // the row's source position at tap 0
+    int c, t[3];            // the thread's (tap, channel) at the current step
     int row0, v;
 
-    __device__ __forceinline__ void init(const DeviceGeometry& g, int grp, int m0, int M) {
+    __device__ __forceinline__ void init(const DeviceGeometry& g, const GmmaRows& rw, int grp, int m0) {
         constexpr bool fwd = Direction == TD_CONV_FWD;
-        const int* rows = fwd ? g.out : g.in;
         const int* src = fwd ? g.in : g.out;
         const int ch = fwd ? g.C : g.K;
         v = threadIdx.x % kVecs;
         row0 = threadIdx.x / kVecs;
 #pragma unroll
         for (int i = 0; i < kRows; ++i) {
-            const int m = m0 + row0 + i * (kGmmaThreads / kVecs);
+            const int m = m0 + row0 + i * kRowStep;
             base[i] = -1;
             pos[i][0] = pos[i][1] = pos[i][2] = 0;
-            if (m < M) {
+            if (m < rw.M) {
                 int rest = m;
-                const int c2 = rest % rows[2]; rest /= rows[2];
-                const int c1 = rest % rows[1]; rest /= rows[1];
-                const int c0 = rest % rows[0];
-                const int n = rest / rows[0];
-                const int cc[3] = {c0, c1, c2};
+                int j[3];
+                j[2] = rest % rw.cnt[2]; rest /= rw.cnt[2];
+                j[1] = rest % rw.cnt[1]; rest /= rw.cnt[1];
+                j[0] = rest % rw.cnt[0];
+                const int n = rest / rw.cnt[0];
 #pragma unroll
-                for (int d = 0; d < 3; ++d) pos[i][d] = fwd ? cc[d] * g.stride[d] - g.pad[d] : cc[d] + g.pad[d];
+                for (int d = 0; d < 3; ++d) pos[i][d] = j[d] * rw.mul[d] + rw.add[d];
                 base[i] = (n * src[0] * src[1] * src[2] * g.G + grp) * ch;
             }
         }
         // r = 8 v: its tap and channel
         const int r = 8 * v;
-        const int tap = r / ch;
+        const int tap = rw.taps ? r / ch : 0;
         c = r % ch;
-        f[2] = tap % g.fil[2];
-        f[1] = (tap / g.fil[2]) % g.fil[1];
-        f[0] = tap / (g.fil[2] * g.fil[1]);
+        t[2] = rw.taps ? tap % rw.tcount[2] : 0;
+        t[1] = rw.taps ? (tap / rw.tcount[2]) % rw.tcount[1] : 0;
+        t[0] = rw.taps ? tap / (rw.tcount[2] * rw.tcount[1]) : 0;
     }
 
     // Copies this step's vectors into the tile ([BM][BK + pad]) and advances r by BK.
-    __device__ __forceinline__ void load(const DeviceGeometry& g, const T* __restrict__ src, unsigned char* tile,
-                                         int pitch) {
+    __device__ __forceinline__ void load(const DeviceGeometry& g, const GmmaRows& rw, const T* __restrict__ src,
+                                         unsigned char* tile, int pitch) {
         constexpr bool fwd = Direction == TD_CONV_FWD;
         const int* ss = fwd ? g.in : g.out;
         const int ch = fwd ? g.C : g.K;
         const int gch = g.G * ch;
-        const bool tap_ok = f[0] < g.fil[0];
+        const bool tap_ok = t[0] < rw.tcount[0];
+        const int off0 = t[0] * rw.tstep[0], off1 = t[1] * rw.tstep[1], off2 = t[2] * rw.tstep[2];
 #pragma unroll
         for (int i = 0; i < kRows; ++i) {
-            bool ok = tap_ok && base[i] >= 0;
-            int p[3];
-#pragma unroll
-            for (int d = 0; d < 3; ++d) {
-                const int off = f[d] * g.dil[d];
-                if (fwd) {
-                    p[d] = pos[i][d] + off;
-                } else {
-                    int o = pos[i][d] - off;
-                    if (g.stride[d] != 1) {
-                        ok = ok && o >= 0 && o % g.stride[d] == 0;
-                        o /= g.stride[d];
-                    }
-                    p[d] = o;
-                }
-                ok = ok && (unsigned)p[d] < (unsigned)ss[d];
-            }
-            const T* at = ok ? src + base[i] + ((p[0] * ss[1] + p[1]) * ss[2] + p[2]) * gch + c : src;
-            cp_async16(tile + ((row0 + i * (kGmmaThreads / kVecs)) * pitch + v * 8) * 2, at, ok);
+            const int p0 = pos[i][0] + off0, p1 = pos[i][1] + off1, p2 = pos[i][2] + off2;
+            const bool ok = tap_ok && base[i] >= 0 && (unsigned)p0 < (unsigned)ss[0] && (unsigned)p1 < (unsigned)ss[1] &&
+                            (unsigned)p2 < (unsigned)ss[2];
+            const T* at = ok ? src + base[i] + ((p0 * ss[1] + p1) * ss[2] + p2) * gch + c : src;
+            cp_async16(tile + ((row0 + i * kRowStep) * pitch + v * 8) * 2, at, ok);
         }
-        // the next step: r + BK (BK / ch taps ahead at most 4 times round the channels)
+        // the next step: r + BK (at most BK / 8 times round the channels)
         c += BK;
         while (c >= ch) {
             c -= ch;
-            if (++f[2] == g.fil[2]) {
-                f[2] = 0;
-                if (++f[1] == g.fil[1]) { f[1] = 0; ++f[0]; }
+            if (++t[2] == rw.tcount[2]) {
+                t[2] = 0;
+                if (++t[1] == rw.tcount[1]) { t[1] = 0; ++t[0]; }
             }
         }
     }
@@ -215,36 +261,48 @@ struct GmmaWeightRows {
     }
 };
 
-// bwd_data B, stored [BK][BN]: row r = (tap, k), columns c: w[g K + k][tap][c], 8 c a vector.
+// bwd_data B, stored [BK][BN]: row r = (t, k) over the phase's taps, columns c:
+// w[g K + k][tap(t)][c], 8 c a vector.
 template <class T, int BN, int BK>
 struct GmmaWeightCols {
     static constexpr int kVecs = BN / 8;                        // vectors per row
     static constexpr int kSlots = BK * BN / 8 / kGmmaThreads;   // vectors a thread copies
     static constexpr int kRowStep = kGmmaThreads / kVecs;
-    int tap[kSlots], k[kSlots];  // each slot's row at the current step
+    int t[kSlots][3], k[kSlots];  // each slot's row at the current step
     int col, row0;
     bool col_ok;
 
-    __device__ __forceinline__ void init(const DeviceGeometry& g, int n0) {
+    __device__ __forceinline__ void init(const DeviceGeometry& g, const GmmaRows& rw, int n0) {
         col = threadIdx.x % kVecs;
         row0 = threadIdx.x / kVecs;
         col_ok = n0 + 8 * col < g.C;
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const int r = row0 + s * kRowStep;
-            tap[s] = r / g.K;
+            const int tap = rw.taps ? r / g.K : 0;
             k[s] = r % g.K;
+            t[s][2] = rw.taps ? tap % rw.tcount[2] : 0;
+            t[s][1] = rw.taps ? (tap / rw.tcount[2]) % rw.tcount[1] : 0;
+            t[s][0] = rw.taps ? tap / (rw.tcount[2] * rw.tcount[1]) : 0;
         }
     }
-    __device__ __forceinline__ void load(const DeviceGeometry& g, int grp, int n0, const T* w, unsigned char* tile,
-                                         int pitch) {
+    __device__ __forceinline__ void load(const DeviceGeometry& g, const GmmaRows& rw, int grp, int n0, const T* w,
+                                         unsigned char* tile, int pitch) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
-            const bool ok = col_ok && tap[s] < g.taps;
-            const T* at = ok ? w + (((int64_t)grp * g.K + k[s]) * g.taps + tap[s]) * g.C + n0 + 8 * col : w;
+            const bool ok = col_ok && t[s][0] < rw.tcount[0];
+            const int tap = ((rw.first[0] + rw.inc[0] * t[s][0]) * g.fil[1] + rw.first[1] + rw.inc[1] * t[s][1]) * g.fil[2] +
+                            rw.first[2] + rw.inc[2] * t[s][2];
+            const T* at = ok ? w + (((int64_t)grp * g.K + k[s]) * g.taps + tap) * g.C + n0 + 8 * col : w;
             cp_async16(tile + ((row0 + s * kRowStep) * pitch + col * 8) * 2, at, ok);
             k[s] += BK;
-            while (k[s] >= g.K) { k[s] -= g.K; ++tap[s]; }
+            while (k[s] >= g.K) {
+                k[s] -= g.K;
+                if (++t[s][2] == rw.tcount[2]) {
+                    t[s][2] = 0;
+                    if (++t[s][1] == rw.tcount[1]) { t[s][1] = 0; ++t[s][0]; }
+                }
+            }
         }
     }
 };
@@ -276,7 +334,10 @@ struct GmmaDyRows {
 };
 
 // bwd_weight B, stored [BK][BN]: row p (output pixel), columns n = (tap, c): x[in(p, tap)][g][c].
-// A thread's column (tap, 8 channels) is fixed; its rows' pixels are decoded each step.
+// A thread's column (tap, 8 channels) is fixed. Each of its rows keeps its pixel's
+// coordinates (image, output position) and advances them by BK pixels a step as a mixed-radix
+// addition (BK's digits in the radices of the output sizes, one carry per digit): no division
+// in the loop.
 template <class T, int BN, int BK>
 struct GmmaXCols {
     static constexpr int kVecs = BN / 8;
@@ -284,67 +345,99 @@ struct GmmaXCols {
     static constexpr int kRowStep = kGmmaThreads / kVecs;
     int col, row0, c, off[3];  // off: the tap's f * dil - pad
     bool col_ok;
+    int p[kSlots], n[kSlots], o[kSlots][3];  // each row's pixel: linear, image, output position
+    int step[4];                             // BK as digits: images, then output d, h, w
 
-    __device__ __forceinline__ void init(const DeviceGeometry& g, int n0, int Ng) {
+    __device__ __forceinline__ void init(const DeviceGeometry& g, int n0, int Ng, int p0) {
         col = threadIdx.x % kVecs;
         row0 = threadIdx.x / kVecs;
-        const int n = n0 + 8 * col;
-        col_ok = n < Ng;
-        const int tap = col_ok ? n / g.C : 0;
-        c = col_ok ? n % g.C : 0;
+        const int nn = n0 + 8 * col;
+        col_ok = nn < Ng;
+        const int tap = col_ok ? nn / g.C : 0;
+        c = col_ok ? nn % g.C : 0;
         const int f2 = tap % g.fil[2], f1 = (tap / g.fil[2]) % g.fil[1], f0 = tap / (g.fil[2] * g.fil[1]);
         off[0] = f0 * g.dil[0] - g.pad[0];
         off[1] = f1 * g.dil[1] - g.pad[1];
         off[2] = f2 * g.dil[2] - g.pad[2];
-    }
-    __device__ __forceinline__ void load(const DeviceGeometry& g, int grp, int p0, int p_end, const T* x,
-                                         unsigned char* tile, int pitch) {
+        auto digits = [&](int v, int* d) {
+            d[3] = v % g.out[2]; v /= g.out[2];
+            d[2] = v % g.out[1]; v /= g.out[1];
+            d[1] = v % g.out[0];
+            d[0] = v / g.out[0];
+        };
+        digits(BK, step);
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
-            const int p = p0 + row0 + s * kRowStep;
-            bool ok = col_ok && p < p_end;
-            int rest = ok ? p : 0;
-            const int o2 = rest % g.out[2]; rest /= g.out[2];
-            const int o1 = rest % g.out[1]; rest /= g.out[1];
-            const int o0 = rest % g.out[0];
-            const int n = rest / g.out[0];
-            const int i0 = o0 * g.stride[0] + off[0], i1 = o1 * g.stride[1] + off[1], i2 = o2 * g.stride[2] + off[2];
-            ok = ok && (unsigned)i0 < (unsigned)g.in[0] && (unsigned)i1 < (unsigned)g.in[1] &&
-                 (unsigned)i2 < (unsigned)g.in[2];
-            const T* at =
-                ok ? x + ((((int64_t)n * g.in[0] + i0) * g.in[1] + i1) * g.in[2] + i2) * g.G * g.C + grp * g.C + c : x;
+            int d[4];
+            p[s] = p0 + row0 + s * kRowStep;
+            digits(p[s], d);
+            n[s] = d[0]; o[s][0] = d[1]; o[s][1] = d[2]; o[s][2] = d[3];
+        }
+    }
+    __device__ __forceinline__ void load(const DeviceGeometry& g, int grp, int p_end, const T* x, unsigned char* tile,
+                                         int pitch) {
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+            const int i0 = o[s][0] * g.stride[0] + off[0], i1 = o[s][1] * g.stride[1] + off[1],
+                      i2 = o[s][2] * g.stride[2] + off[2];
+            const bool ok = col_ok && p[s] < p_end && (unsigned)i0 < (unsigned)g.in[0] &&
+                            (unsigned)i1 < (unsigned)g.in[1] && (unsigned)i2 < (unsigned)g.in[2];
+            const T* at = ok ? x + ((((int64_t)n[s] * g.in[0] + i0) * g.in[1] + i1) * g.in[2] + i2) * g.G * g.C +
+                                   grp * g.C + c
+                             : x;
             cp_async16(tile + ((row0 + s * kRowStep) * pitch + col * 8) * 2, at, ok);
+            // the row's next pixel: p + BK
+            p[s] += BK;
+            int carry;
+            o[s][2] += step[3]; carry = o[s][2] >= g.out[2]; o[s][2] -= carry * g.out[2];
+            o[s][1] += step[2] + carry; carry = o[s][1] >= g.out[1]; o[s][1] -= carry * g.out[1];
+            o[s][0] += step[1] + carry; carry = o[s][0] >= g.out[0]; o[s][0] -= carry * g.out[0];
+            n[s] += step[0] + carry;
         }
     }
 };
 
 // One block: a BM x BN tile of group blockIdx.z's D. fwd / bwd_data: blockIdx.x = m tile,
-// blockIdx.y = n tile. bwd_weight: blockIdx.x = m tile + mtiles x n tile, blockIdx.y = slice.
+// blockIdx.y = n tile + ntiles x stride phase (bwd_data; fwd has one). bwd_weight: blockIdx.x = m tile + mtiles x n tile, blockIdx.y = slice.
 //   fwd:        a = x,  b = w,  dst = y
 //   bwd_data:   a = dy, b = w,  dst = dx
 //   bwd_weight: a = dy, b = x,  dst = dw (one slice) or partial (fp32 rows, one per slice)
+// Blocks per SM the registers must allow: up to 128 x 64 tiles as many as shared memory holds, at
+// most four (128 registers a thread: the stride-phase bookkeeping of bwd_data would otherwise
+// take 128 x 64 to 164 and three blocks); larger tiles one.
+template <int Direction, int BM, int BN, int BK>
+constexpr int gmma_min_blocks() {
+    const int by_smem = 227 * 1024 / GmmaSmem<Direction, BM, BN, BK>::kBytes;
+    return BM * BN <= 128 * 64 ? (by_smem < 4 ? (by_smem < 1 ? 1 : by_smem) : 4) : 1;
+}
+
 template <class T, int Direction, int BM, int BN, int BK>
-__global__ void __launch_bounds__(kGmmaThreads) conv_gmma(DeviceGeometry g, GmmaPlan pl, const T* __restrict__ a,
+__global__ void __launch_bounds__(kGmmaThreads, gmma_min_blocks<Direction, BM, BN, BK>()) conv_gmma(DeviceGeometry g, GmmaPlan pl, const T* __restrict__ a,
                                                           const T* __restrict__ b, T* __restrict__ dst,
                                                           float* __restrict__ partial) {
     using S = GmmaSmem<Direction, BM, BN, BK>;
     constexpr bool kWgrad = Direction == TD_CONV_BWD_WEIGHT;
     constexpr int WM = BM / 2, WN = BN / 2, MI = WM / 16, NI = WN / 8;
-    static_assert(BK == 32 && BM % 32 == 0 && BN % 32 == 0 && NI % 2 == 0, "tile shape");
+    static_assert((BK == 32 || BK == 64) && BM % 32 == 0 && BN % 32 == 0 && NI % 2 == 0, "tile shape");
     extern __shared__ __align__(16) unsigned char gmma_smem[];
 
     const int grp = blockIdx.z;
-    int mt, nt, kbeg, kend;
+    int mt, nt, kbeg, kend, rows_m;
+    GmmaRows rw{};
     if (kWgrad) {
         mt = blockIdx.x % pl.mtiles;
         nt = blockIdx.x / pl.mtiles;
         kbeg = blockIdx.y * pl.kslice;
         kend = min(pl.Kred, kbeg + pl.kslice);
+        rows_m = pl.M;
     } else {
         mt = blockIdx.x;
-        nt = blockIdx.y;
+        nt = blockIdx.y % pl.ntiles;
+        rw = gmma_rows(g, Direction, blockIdx.y / pl.ntiles);
+        if (mt * BM >= rw.M) return;  // past this stride phase's pixels (the whole block)
         kbeg = 0;
-        kend = pl.Kred;
+        kend = rw.taps * (Direction == TD_CONV_FWD ? g.C : g.K);
+        rows_m = rw.M;
     }
     const int m0 = mt * BM, n0 = nt * BN;
     const int steps = (kend - kbeg + BK - 1) / BK;
@@ -357,11 +450,11 @@ __global__ void __launch_bounds__(kGmmaThreads) conv_gmma(DeviceGeometry g, Gmma
     GmmaXCols<T, BN, BK> xc;
     if constexpr (kWgrad) {
         dr.init(g, m0);
-        xc.init(g, n0, pl.Ng);
+        xc.init(g, n0, pl.Ng, kbeg);
     } else {
-        ga.init(g, grp, m0, pl.M);
+        ga.init(g, rw, grp, m0);
         if constexpr (Direction == TD_CONV_FWD) wr.init(g, grp, n0, b, pl.Kred);
-        else wc.init(g, n0);
+        else wc.init(g, rw, n0);
     }
     int kload = kbeg;  // bwd_weight: the next step's first pixel
     auto load_stage = [&](int stage) {
@@ -369,12 +462,12 @@ __global__ void __launch_bounds__(kGmmaThreads) conv_gmma(DeviceGeometry g, Gmma
         unsigned char* tb = ta + S::kABytes;
         if constexpr (kWgrad) {
             dr.load(g, grp, m0, kload, kend, a, ta, S::kAPitch);
-            xc.load(g, grp, kload, kend, b, tb, S::kBPitch);
+            xc.load(g, grp, kend, b, tb, S::kBPitch);
             kload += BK;
         } else {
-            ga.load(g, a, ta, S::kAPitch);
+            ga.load(g, rw, a, ta, S::kAPitch);
             if constexpr (Direction == TD_CONV_FWD) wr.load(b, tb, S::kBPitch);
-            else wc.load(g, grp, n0, b, tb, S::kBPitch);
+            else wc.load(g, rw, grp, n0, b, tb, S::kBPitch);
         }
     };
 
@@ -429,17 +522,29 @@ __global__ void __launch_bounds__(kGmmaThreads) conv_gmma(DeviceGeometry g, Gmma
     gmma_cp_async_wait<0>();
 
     // Results: rows m, column pairs (n, n + 1) (Ng is a multiple of 8: a pair is in or out whole).
+    // A stride phase without taps (steps 0) writes its zeros here too.
     const int r4 = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int m = m0 + wm * WM + i * 16 + r4 + 8 * h;
-            if (m >= pl.M) continue;
+            if (m >= rows_m) continue;
             int64_t row;  // the element offset of D's row m
-            if constexpr (Direction == TD_CONV_FWD) row = ((int64_t)m * g.G + grp) * g.K;
-            else if constexpr (Direction == TD_CONV_BWD_DATA) row = ((int64_t)m * g.G + grp) * g.C;
-            else row = ((int64_t)grp * g.K + m) * pl.Ng;
+            if constexpr (Direction == TD_CONV_FWD) {
+                row = ((int64_t)m * g.G + grp) * g.K;
+            } else if constexpr (Direction == TD_CONV_BWD_DATA) {
+                int rest = m;  // (image, j) of the phase -> the input pixel ph + j stride
+                const int j2 = rest % rw.cnt[2]; rest /= rw.cnt[2];
+                const int j1 = rest % rw.cnt[1]; rest /= rw.cnt[1];
+                const int j0 = rest % rw.cnt[0];
+                const int img = rest / rw.cnt[0];
+                const int i0 = rw.ph[0] + j0 * g.stride[0], i1 = rw.ph[1] + j1 * g.stride[1],
+                          i2 = rw.ph[2] + j2 * g.stride[2];
+                row = (((((int64_t)img * g.in[0] + i0) * g.in[1] + i1) * g.in[2] + i2) * g.G + grp) * g.C;
+            } else {
+                row = ((int64_t)grp * g.K + m) * pl.Ng;
+            }
 #pragma unroll
             for (int j = 0; j < NI; ++j) {
                 const int n = n0 + wn * WN + j * 8 + 2 * q;
@@ -454,7 +559,7 @@ __global__ void __launch_bounds__(kGmmaThreads) conv_gmma(DeviceGeometry g, Gmma
         }
 }
 
-// tile = BM x BN x BK of the implicit GEMM (BM, BN multiples of 32, BK 32); 128 threads.
+// tile = BM x BN x BK of the implicit GEMM (BM, BN 32, 64 or 128; BK 32 or 64); 128 threads.
 template <int DType, int Ndim, int Direction, int BM, int BN, int BK>
 struct Sm90GroupedMmaConv {
     using T = typename ConvElement<DType>::T;
@@ -472,7 +577,8 @@ struct Sm90GroupedMmaConv {
         if (g.G > 65535) { *why = "more than 65535 groups (the grid's z)"; return TD_UNSUPPORTED; }
         if (int st = conv_tensors_fit_int32(g, why)) return st;
         const GmmaPlan pl = gmma_plan(g, Direction, BM, BN, BK);
-        if ((int64_t)pl.mtiles * (kWgrad ? pl.ntiles : 1) > INT32_MAX || (!kWgrad && pl.ntiles > 65535)) {
+        if ((int64_t)pl.mtiles * (kWgrad ? pl.ntiles : 1) > INT32_MAX ||
+            (!kWgrad && (int64_t)pl.ntiles * pl.phases > 65535)) {
             *why = "too many tiles for the grid";
             return TD_UNSUPPORTED;
         }
@@ -507,8 +613,8 @@ struct Sm90GroupedMmaConv {
             kernel<<<dim3((unsigned)pl.mtiles, (unsigned)pl.ntiles, (unsigned)g.G), kGmmaThreads, S::kBytes, stream>>>(
                 g, pl, x, w, static_cast<T*>(out), nullptr);
         } else if constexpr (Direction == TD_CONV_BWD_DATA) {
-            kernel<<<dim3((unsigned)pl.mtiles, (unsigned)pl.ntiles, (unsigned)g.G), kGmmaThreads, S::kBytes, stream>>>(
-                g, pl, dy, w, static_cast<T*>(const_cast<void*>(in)), nullptr);
+            kernel<<<dim3((unsigned)pl.mtiles, (unsigned)(pl.ntiles * pl.phases), (unsigned)g.G), kGmmaThreads, S::kBytes,
+                     stream>>>(g, pl, dy, w, static_cast<T*>(const_cast<void*>(in)), nullptr);
         } else {
             T* dw = static_cast<T*>(const_cast<void*>(wei));
             float* part = static_cast<float*>(scratch);

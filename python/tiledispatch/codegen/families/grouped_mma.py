@@ -3,7 +3,7 @@ tensor cores with run-time channel counts per group (bindings/cuda/conv_grouped_
 group a grid dimension. For the channel counts the specialised families have no kernel for
 (RegNet's 24..232 and ResNeXt's 32..256 channels per group, C != K); C and K multiples of 8.
 Tile = the implicit GEMM's block tile (rows M: 32, 64 or 128; columns N: 32, 64 or 128; the
-reduction step K: 32); four warps."""
+reduction step K: 32 or 64); four warps."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +14,7 @@ from .sm90 import half_precision_problems, target_problems
 
 TILE_M = (32, 64, 128)
 TILE_N = (32, 64, 128)
-TILE_K = (32,)
+TILE_K = (32, 64)
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class GroupedMma(Fixed):
         out = half_precision_problems("grouped_mma convolution kernels", dtype)
         m, n, k = tile
         if m not in TILE_M or n not in TILE_N or k not in TILE_K:
-            out.append(f"grouped_mma tile must be [32|64|128, 32|64|128, 32] (GEMM rows, columns and reduction "
+            out.append(f"grouped_mma tile must be [32|64|128, 32|64|128, 32|64] (GEMM rows, columns and reduction "
                        f"step per block), not {list(tile)}")
         return out
 
