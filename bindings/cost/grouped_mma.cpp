@@ -14,8 +14,8 @@
 //                stride > 1, which the GEMM path refuses);
 //   [10, 10.05)  C = K <= 16: the direct, tiled_mma and mma kernels' own channel counts.
 // Within a band, the variants rank by a roofline time of the tile: the padded MMA work at a
-// rate that grows with the tile's operand reuse (BM BN / (BM + BN)), in waves of the blocks that
-// fit an SM, against the tensors' bytes at 3.3 TB/s, plus bwd_weight's fp32 partial rows and
+// rate that grows with the tile's operand reuse (BM BN / (BM + BN)), the busiest SM's share of
+// the blocks, against the tensors' bytes at 3.3 TB/s, plus bwd_weight's fp32 partial rows and
 // their sum.
 #include <algorithm>
 #include <cmath>
@@ -52,20 +52,14 @@ static double grouped_mma_seconds(const KernelInfo& k, const TdConvProblem& p, c
     blocks_per_group = tiles * splits;
     const int64_t blocks = g.G * blocks_per_group;
     const int64_t steps_per_block = gmma_cdiv(gmma_cdiv(Kred, splits), bk);
-    // blocks a SM holds: registers (about the accumulators plus 60 a thread) and shared memory
-    // (three stages of both tiles, rows padded by 8 elements)
-    const double regs = std::min(255.0, 60.0 + 1.5 * (double)(bm * bn) / 128.0);
-    const double smem = 3.0 * 2.0 * (double)((bm + bn) * (bk + 8));
-    const int64_t resident = std::max<int64_t>(
-        1, std::min<int64_t>({8, (int64_t)(65536.0 / (128.0 * regs)), (int64_t)(227.0 * 1024.0 / smem)}));
     // one SM's MMA rate: 220 TFLOP/s over 132 SMs at the reuse of a 128 x 128 tile (measured
     // 212 at 128x128x64, 175 at 128x64x64, 145 at 64x64x64), the square root of the reuse below
     const double reuse = (double)(bm * bn) / (double)(bm + bn) / 64.0;
     const double sm_rate = 220e12 / 132.0 * std::sqrt(std::min(1.0, reuse));
     // a block's work: its steps plus about three for the pipeline's start and the results
     const double block_flops = 2.0 * (double)(bm * bn * bk) * ((double)steps_per_block * useful_rows + 3.0);
-    const double waves = (double)gmma_cdiv(blocks, sms * resident);
-    const double mma_s = waves * (double)resident * block_flops / sm_rate;
+    // the busiest SM's blocks one after the other at its rate (the blocks resident together share it)
+    const double mma_s = (double)gmma_cdiv(blocks, sms) * block_flops / sm_rate;
     // unique bytes: the input, the weights and the output, 2 bytes each
     const double bytes = 2.0 * (double)(g.N * g.in_pixels() * g.G * g.C + g.G * g.K * taps * g.C +
                                         g.N * g.out_pixels() * g.G * g.K);
