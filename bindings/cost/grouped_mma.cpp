@@ -4,15 +4,16 @@
 // The conv entries rank in bands (lower is faster): CUTLASS on dense problems below 0.3
 // (models.hpp), tiled_mma 0.4 and mma 0.5 on their channel counts, the direct kernels from 1.0,
 // the generic direct kernel 1e9. This family takes
-//   [0.45, 0.5)  grouped problems the specialised families have no kernel for (C != K, or more
-//                than 32 channels per group, or 24): ahead of the generic kernel, 10-160x
-//                faster on the H200 (G 4 x 64 channels, 56 x 56, batch 32, fwd: 169-178 us
-//                against 29 ms);
-//   [0.55, 0.6)  C = K = 32, where mma has fwd and bwd_data kernels: behind them until measured
-//                otherwise (bwd_weight, which mma lacks, stays in the first band);
+//   [0.45, 0.5)  grouped problems with more than 16 channels per group, or C != K: ahead of the
+//                generic kernel (H200, bf16, G 4 x 64 channels, 56 x 56, batch 32, 3x3, fwd:
+//                181 us against 58 ms) and of mma at 32 channels per group (G 32, 28 x 28,
+//                batch 32: fwd 149 us against 346, bwd_data 223 against 586; batch 2, 14 x 14:
+//                fwd 7.9 against 14.4);
 //   [0.35, 0.4)  dense problems (G = 1): behind CUTLASS, ahead of the generic kernel (bwd_data at
 //                stride > 1, which the GEMM path refuses);
-//   [10, 10.05)  C = K <= 16: the direct, tiled_mma and mma kernels' own channel counts.
+//   [10, 10.05)  C = K <= 16: the direct, tiled_mma and mma kernels' own channel counts (G 32 x 16
+//                channels, 14 x 14, batch 32: tiled_mma 16 us in every direction, this
+//                family 28-63).
 // Within a band, the variants rank by a roofline time of the tile: the padded MMA work at a
 // rate that grows with the tile's operand reuse (BM BN / (BM + BN)), the busiest SM's share of
 // the blocks, against the tensors' bytes at 3.3 TB/s, plus bwd_weight's fp32 partial rows and
@@ -77,7 +78,6 @@ double grouped_mma_conv_cost(const KernelInfo& k, const TdConvProblem& p, const 
     const double within = 0.05 * us / (us + 1000.0);  // monotonic in the time, below 0.05
     if (g.C == g.K && g.C <= 16) return 10.0 + within;
     if (g.G == 1) return 0.35 + within;
-    if (g.C == 32 && g.K == 32 && p.base.direction != TD_CONV_BWD_WEIGHT) return 0.55 + within;
     return 0.45 + within;
 }
 
