@@ -144,4 +144,4 @@ def test_the_cost_model_ranks_grouped_mma_by_channels_per_group():
             assert others is not None and (ours is None or others < ours), (direction, G, C, ours, others)
         p = td.ConvProblem(8, 1, 64, 128, (28, 28), (3, 3), 1, 1, 1, direction, "bf16")
         ours, cutlass = best_cost(d, p, ("grouped_mma",)), best_cost(d, p, CUTLASS)
-        assert cutlass is not None and ours is not None and cutlass < ours, (direction, ours, cutlass)
+        assert ours is not None and (cutlass is None or cutlass < ours), (direction, ours, cutlass)
