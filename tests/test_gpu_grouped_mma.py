@@ -3,28 +3,38 @@ the group a grid dimension, run-time channel counts) against torch in float64 on
 direction, on the grouped convolutions of RegNet and ResNeXt (24 to 232 channels per group,
 C != K), odd sizes, strides 2-4 with dilation (bwd_data's stride phases), 1x1, 1x5 and 9x9
 filters, batches 1 and 3. Each kernel is named (td.conv(..., kernel=...)), so these prove the
-family, not whatever the dispatcher picks. Skipped, saying why, without torch, without a GPU
-with a conv library, or where the library has no grouped_mma kernels."""
+family, not whatever the dispatcher picks. The GPU tests skip, saying why, without torch,
+without a GPU with a conv library, or where the library has no grouped_mma kernels; the
+family's manifest rules and names are checked everywhere."""
 
 import pytest
 
 import tiledispatch as td
 from tiledispatch._cuda import device_targets
-from tiledispatch.codegen import Direction, DType
+from tiledispatch.codegen import Direction, DType, config_from_name, families
+from tiledispatch.codegen.emit import emit_source
+from tiledispatch.codegen.families.grouped_mma import GroupedMma
 
-torch = pytest.importorskip("torch", reason="torch is needed for the GPU tests")
-F = torch.nn.functional
+try:
+    import torch
+except ImportError:
+    torch = None
+
 GPU = next((t for t in device_targets() if t in td.registry().targets), None)
 KERNELS = [k for k in td.registry().kernels("conv", GPU) if k.knobs.algorithm == "grouped_mma"] if GPU else []
-pytestmark = pytest.mark.skipif(
-    not KERNELS, reason=f"no grouped_mma conv kernels for a GPU here (GPUs seen: {device_targets() or 'none'}, "
-                        f"libraries: {td.registry().targets})")
+gpu = pytest.mark.skipif(
+    torch is None or not KERNELS,
+    reason="torch is needed for the GPU tests" if torch is None else
+    f"no grouped_mma conv kernels for a GPU here (GPUs seen: {device_targets() or 'none'}, "
+    f"libraries: {td.registry().targets})")
 
-TORCH = {DType.FP16: torch.float16, DType.BF16: torch.bfloat16}
+if torch is not None:
+    F = torch.nn.functional
+    TORCH = {DType.FP16: torch.float16, DType.BF16: torch.bfloat16}
+    CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+    GRAD_INPUT = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}
+    GRAD_WEIGHT = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}
 TOLERANCE = {DType.BF16: 1e-2, DType.FP16: 3e-3}  # relative Frobenius error
-CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-GRAD_INPUT = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}
-GRAD_WEIGHT = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}
 
 # per rank: (N, G, C, K, input, filter, stride, padding, dilation)
 CASES = {
@@ -99,6 +109,7 @@ def run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil):
     return float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
 
 
+@gpu
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 def test_grouped_mma_kernel_matches_float64(kernel, gen):
     for case in CASES[kernel.ndim]:
@@ -106,6 +117,7 @@ def test_grouped_mma_kernel_matches_float64(kernel, gen):
         assert err <= TOLERANCE[kernel.dtype], (kernel.name, case, err)
 
 
+@gpu
 @pytest.mark.parametrize("kernel", [k for k in KERNELS if k.ndim == 2], ids=lambda k: k.name)
 def test_grouped_mma_kernel_refuses_channels_not_in_16_byte_vectors(kernel):
     d = td.Dispatcher("conv", GPU)
@@ -127,6 +139,7 @@ def best_cost(d, p, algorithms):
     return min(costs) if costs else None
 
 
+@gpu
 def test_the_cost_model_ranks_grouped_mma_by_channels_per_group():
     """Grouped problems the specialised families have no fast kernel for rank grouped_mma ahead
     of our other families (the generic direct kernel was 100-300x slower, mma at 32 channels
@@ -145,3 +158,32 @@ def test_the_cost_model_ranks_grouped_mma_by_channels_per_group():
         p = td.ConvProblem(8, 1, 64, 128, (28, 28), (3, 3), 1, 1, 1, direction, "bf16")
         ours, cutlass = best_cost(d, p, ("grouped_mma",)), best_cost(d, p, CUTLASS)
         assert ours is not None and (cutlass is None or cutlass < ours), (direction, ours, cutlass)
+
+
+@pytest.fixture
+def grouped_mma_registered():
+    """The family in the codegen registry (registered here where the package does not list it)."""
+    added = GroupedMma not in families.FAMILIES
+    if added:
+        families.register(GroupedMma)
+    yield
+    if added:
+        families.unregister(GroupedMma)
+
+
+def test_grouped_mma_names_rules_and_source(grouped_mma_registered):
+    """Names round-trip; the tile and dtype rules say what they take; the emitted source
+    instantiates the template with the tile."""
+    name = "conv_bwdweight_nhwgc_bf16_64x64x32_gmma_sm90a"
+    config = config_from_name(name)
+    assert config.name == name and config.knobs == GroupedMma() and config.tile == (64, 64, 32)
+    assert "cuda::Sm90GroupedMmaConv<2, 2, 2, 64, 64, 32>" in emit_source(config)
+    assert "&grouped_mma_conv_cost" in emit_source(config)
+    knobs = GroupedMma()
+    for tile, dtype in (((128, 32, 32), DType.BF16), ((32, 128, 64), DType.FP16)):
+        assert knobs.problems("conv", dtype, None, Direction.FWD, tile, "sm_90a") == []
+    assert any("tile must be" in m for m in knobs.problems("conv", DType.BF16, None, Direction.FWD, (128, 96, 32), "sm_90a"))
+    assert any("fp16 or bf16" in m for m in knobs.problems("conv", DType.FP32, None, Direction.FWD, (128, 64, 32), "sm_90a"))
+    assert any("sm_90a" in m for m in knobs.problems("conv", DType.BF16, None, Direction.FWD, (128, 64, 32), "cpu"))
+    with pytest.raises(ValueError, match="takes no channels_per_group"):
+        GroupedMma.from_yaml({"channels_per_group": 32})
