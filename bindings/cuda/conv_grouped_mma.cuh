@@ -21,7 +21,7 @@
 //   bwd_weight m = output channel k (K), n = (tap, c) (taps x C), r = output pixel p (N x out pixels)
 //              A[k][p] = dy[p][g][k], B[(tap, c)][p] = x[in(p, tap)][g][c]
 // The group is the grid's z: one launch for all groups. A block computes a BM x BN tile of D
-// with four warps (2 x 2, each BM/2 x BN/2) over the reduction in steps of BK = 32.
+// with four warps (2 x 2, each BM/2 x BN/2) over the reduction in steps of BK (32 or 64).
 //
 // Shared memory: kGmmaStages buffers of the A and B tiles filled by cp.async (16 bytes: 8
 // channels of one pixel and tap, or 8 consecutive k / m / n; zero-filled where out of range),
@@ -75,19 +75,21 @@ inline GmmaPlan gmma_plan(const ConvGeometry& g, int direction, int bm, int bn, 
     p.ntiles = (p.Ng + bn - 1) / bn;
     p.phases = 1;
     if (direction == TD_CONV_BWD_DATA) {
-        int64_t rows = g.N;  // phase 0's pixels: the most of any phase
+        int64_t rows = g.N, phases = 1;  // phase 0's pixels: the most of any phase
         for (int d = 0; d < 3; ++d) {
-            p.phases *= (int)g.stride[d];
+            phases *= g.stride[d];
             rows *= (g.in[d] + g.stride[d] - 1) / g.stride[d];
+            if (phases > INT32_MAX) phases = INT32_MAX;  // supports() refuses more than the grid's y takes
         }
+        p.phases = (int)phases;
         p.mtiles = (int)((rows + bm - 1) / bm);
     }
     p.elems = g.G * g.K * taps * g.C;
     p.splits = 1;
     p.kslice = (p.Kred + bk - 1) / bk * bk;
     if (direction == TD_CONV_BWD_WEIGHT) {
-        // Enough blocks for about two waves of two blocks per SM, each slice at least 8 BK
-        // steps long, at most 64 slices.
+        // About four blocks per SM (G x tiles x slices), each slice at least 8 BK steps long,
+        // at most 64 slices.
         const int64_t tiles = g.G * (int64_t)p.mtiles * p.ntiles;
         const int64_t steps = (p.Kred + bk - 1) / bk;
         int64_t s = (4LL * kGmmaSms + tiles - 1) / tiles;
