@@ -326,12 +326,24 @@ def test_batch_split_bwd_weight_matches_float64(kernel, gen):
         assert d.is_supported(p, kernel=kernel.name) is False, (N, s)
 
 
-def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen):
+@pytest.fixture
+def ours_alone():
+    """Selection among our own families (the vendor families left out: td.set_options)."""
+    previous = td.set_options(vendor=False)
+    yield
+    td.set_options(**previous)
+
+
+def built(token):
+    return any(f"_{token}_" in k.name for k in kernels())
+
+
+def test_dispatcher_picks_the_specialised_kernel_and_it_is_correct(gen, ours_alone):
     d = td.Dispatcher("conv", GPU)
     for C, direction, kind in ((1, "fwd", "dw"), (1, "bwd_weight", "dw"), (4, "bwd_data", "tiledmma_cpg4"),
                                (8, "bwd_weight", "tiledmma_cpg8"), (16, "fwd", "tiledmma_cpg16"),
                                (16, "bwd_data", "tiledmma_cpg16"), (2, "bwd_weight", "direct_cpg2"),
-                               (32, "fwd", "mma_cpg32")):
+                               (32, "fwd", "gmma" if built("gmma") else "mma_cpg32")):
         p = td.ConvProblem(2, 32, C, C, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
         assert d.select(p).endswith(f"_{kind}_sm90a"), d.select(p)
     for fil, tile in (((3, 3), "3x4x4"), ((7, 7), "4x4x4")):  # rows per thread by filter height
@@ -415,16 +427,16 @@ def test_td_conv_on_numpy_takes_the_host_path():
     assert np.allclose(y.astype(np.float64), from_torch_layout(ref).cpu().numpy(), rtol=2e-2, atol=2e-2)
 
 
-def test_dense_problems_go_to_the_gemm_path_and_grouped_ones_do_not():
+def test_dense_problems_go_to_the_gemm_path_and_grouped_ones_do_not(ours_alone):
     d = td.Dispatcher("conv", GPU)
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         p = td.ConvProblem(2, 1, 64, 128, (14, 14), (3, 3), 1, 1, 1, direction, "bf16")
         assert "_im2col_" in d.select(p) or "_implicit_" in d.select(p), d.select(p)
     p = td.ConvProblem(2, 1, 64, 128, (14, 14), (3, 3), 2, 1, 1, "bwd_data", "bf16")  # stride 2: not the GEMM path
-    assert "_anycpg_" in d.select(p)
+    assert ("_gmma_" if built("gmma") else "_anycpg_") in d.select(p)
 
 
-def test_dense_bwd_weight_picks_by_fill_and_splits_the_batch_where_few_tiles(gen):
+def test_dense_bwd_weight_picks_by_fill_and_splits_the_batch_where_few_tiles(gen, ours_alone):
     """The one-wave model (conv_abi.cpp) on the two bench problems: 1x1 512->2048 fills the
     SMs with 64x128 tiles unsplit; 3x3 256->256 has 36 tiles of 128x128 and takes the
     batch-split variant (3 slices on 132 SMs), whose result matches float64."""

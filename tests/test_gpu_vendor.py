@@ -137,3 +137,17 @@ def test_cublaslt_every_layout(kernel, shape):
         tol = 1e-2 if kernel.dtype.key == "bf16" else 3e-3
     assert tuple(c.shape) == (M, N)
     assert rel_error(c, ref) < tol
+
+
+@pytest.mark.skipif(not CUDNN, reason="no cudnn kernels in this installation")
+def test_selection_takes_cudnn_where_ours_measured_behind_and_ours_elsewhere():
+    """The cudnn family's cost entry (bindings/cost/cudnn.cpp) by class of layer: cuDNN for
+    dense and strided depthwise layers, our depthwise kernel at stride 1 (where built)."""
+    d = td.Dispatcher("conv", GPU)
+    dense = td.ConvProblem(32, 1, 64, 64, (28, 28), (3, 3), 1, 1, 1, "fwd", "bf16")
+    assert d.select(dense) == "conv_fwd_nhwgc_bf16_1x1x1_cudnn_sm90a"
+    strided = td.ConvProblem(32, 96, 1, 1, (56, 56), (3, 3), 2, 1, 1, "fwd", "bf16")
+    assert d.select(strided) == "conv_fwd_nhwgc_bf16_1x1x1_cudnn_sm90a"
+    if any(k.name.endswith("_dw_sm90a") for k in td.registry().kernels("conv", GPU)):
+        depthwise = td.ConvProblem(32, 96, 1, 1, (56, 56), (3, 3), 1, 1, 1, "fwd", "bf16")
+        assert d.select(depthwise).endswith("_dw_sm90a")

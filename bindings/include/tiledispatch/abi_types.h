@@ -76,8 +76,9 @@ enum td_family {
     TD_FAMILY_IMPLICIT = 11,
     TD_FAMILY_CUDNN = 12,
     TD_FAMILY_CUBLASLT = 13,
+    TD_FAMILY_GROUPED_MMA = 14,
 };
-#define TD_FAMILY_COUNT 14
+#define TD_FAMILY_COUNT 15
 
 /* C = alpha * A(MxK) * B(KxN). */
 typedef struct TdGemmProblem {

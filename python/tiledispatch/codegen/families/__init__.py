@@ -16,6 +16,7 @@ from .cutlass import Cutlass
 from .depthwise import Depthwise
 from .depthwise_mma import DepthwiseMma
 from .direct import Direct
+from .grouped_mma import GroupedMma
 from .im2col import Im2col
 from .implicit import Implicit
 from .mfma import Mfma
@@ -27,7 +28,7 @@ from .toeplitz_mma import ToeplitzMma
 FAMILIES = [
     Blocked,       # cpu
     Mfma,          # hip
-    Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit,  # cuda
+    Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit, GroupedMma,  # cuda
     Cudnn, CublasLt,  # cuda, vendor libraries
 ]
 
