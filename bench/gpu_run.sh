@@ -7,6 +7,8 @@
 #   KERNELS=/tmp/merged.yaml bash bench/gpu_run.sh build conv        another manifest (absolute path)
 #   GPU_TARGETS=cpu KERNEL_FILTER='gemm_fp32_rcr_*' bash bench/gpu_run.sh build sweep64
 #       the tile engine's 64-kernel x 16-problem sweep (its own scratch build), timed
+#   KERNEL_FILTER='conv_*_nhwgc_bf16_*,conv_*_cudnn_*' ZOO_BUDGET=300 bash bench/gpu_run.sh build zoo
+#       the model zoo (bench/zoo.py) against cuDNN: pick, ours alone, every kernel, crossval
 #   KERNEL_FILTER='gemm_*' bash bench/gpu_run.sh build select
 #       tuning table from the installed bf16 kernels on training shapes, scored on held-out
 #       shapes (bench/selection.py), then bench/gemm.py bf16 with that table
@@ -56,6 +58,12 @@ if want conv; then
     -k tiled_mma 2>&1 | tail -3
   step "conv benchmark against cuDNN"
   python3 "$OLDPWD/bench/conv.py" --json "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" | tail -40
+fi
+if [[ "$what" == *" zoo "* ]]; then  # opt-in: the model zoo against cuDNN (bench/zoo.py)
+  step "model zoo: the conv layers of bench/zoo/conv_layers.json against cuDNN (${ZOO_DTYPE:-bf16}), every kernel timed, crossval"
+  python3 "$OLDPWD/bench/zoo.py" conv --dtype "${ZOO_DTYPE:-bf16}" --every --reps 10 --budget-s "${ZOO_BUDGET:-300}" \
+    --json "$OUT/zoo.json" --table "$OUT/zoo_tuning.json" --crossval > "$OUT/zoo.log" 2>&1
+  echo "zoo rc=$?"; grep -E "^(==|group|all|direction|class|grouped|total)" "$OUT/zoo.log" | head -60
 fi
 if [[ "$what" == *" profile "* ]]; then  # opt-in: Nsight Compute replays every kernel
   step "Nsight Compute on the conv kernels"
