@@ -194,35 +194,36 @@ inline int cudnn_graph(const CudnnApi& api, const TdConvProblem& p, const ConvGe
     TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, dims, stride), "strides");
     TD_CUDNN(api, set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dims, dil), "dilations");
     TD_CUDNN(api, api.Finalize(conv), "convolution finalize");
+    // The operation of each direction and its attributes: x (dx), w (dw), y (dy), the
+    // convolution, alpha and beta.
+    struct OpAttributes {
+        cudnnBackendDescriptorType_t kind;
+        cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+    };
+    static const OpAttributes kOps[3] = {
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+    };
+    const OpAttributes& a = kOps[p.base.direction == TD_CONV_FWD ? 0 : p.base.direction == TD_CONV_BWD_DATA ? 1 : 2];
     const float alpha = 1.0f, beta = 0.0f;
-    const int dir = p.base.direction;
-    const cudnnBackendDescriptorType_t kind = dir == TD_CONV_FWD ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
-        : dir == TD_CONV_BWD_DATA ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
-                                  : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
-    TD_CUDNN(api, api.CreateDescriptor(kind, &op), "operation descriptor");
     const auto D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-    if (dir == TD_CONV_FWD) {
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, D, 1, &x), "op x");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, D, 1, &w), "op w");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, D, 1, &y), "op y");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, D, 1, &conv), "op conv");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha), "alpha");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta), "beta");
-    } else if (dir == TD_CONV_BWD_DATA) {
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, D, 1, &x), "op dx");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, D, 1, &w), "op w");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, D, 1, &y), "op dy");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, D, 1, &conv), "op conv");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha), "alpha");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta), "beta");
-    } else {
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, D, 1, &x), "op x");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, D, 1, &w), "op dw");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, D, 1, &y), "op dy");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, D, 1, &conv), "op conv");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha), "alpha");
-        TD_CUDNN(api, set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta), "beta");
-    }
+    TD_CUDNN(api, api.CreateDescriptor(a.kind, &op), "operation descriptor");
+    TD_CUDNN(api, set(op, a.x, D, 1, &x), "operation x");
+    TD_CUDNN(api, set(op, a.w, D, 1, &w), "operation w");
+    TD_CUDNN(api, set(op, a.y, D, 1, &y), "operation y");
+    TD_CUDNN(api, set(op, a.conv, D, 1, &conv), "operation convolution");
+    TD_CUDNN(api, set(op, a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha), "operation alpha");
+    TD_CUDNN(api, set(op, a.beta, CUDNN_TYPE_FLOAT, 1, &beta), "operation beta");
     TD_CUDNN(api, api.Finalize(op), "operation finalize");
     TD_CUDNN(api, api.CreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph), "graph descriptor");
     TD_CUDNN(api, set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, D, 1, &op), "graph ops");
