@@ -2,11 +2,17 @@
 
 Every key is checked; unknown keys, duplicate keys, wrong types, unknown values
 and tiles a backend cannot build raise ManifestError naming `file:line`.
+
+Expansion is capped: a manifest may expand to at most `max_variants` variants (default
+DEFAULT_MAX_VARIANTS, counted over every target its groups name, before the filter), checked
+from the lengths of its lists before any product is built.
 """
 from __future__ import annotations
 
 import fnmatch
 import itertools
+import math
+import re
 from dataclasses import dataclass
 
 from . import families
@@ -15,7 +21,18 @@ from .model import (
     SCHEMA_VERSION, Backend, ConvLayout, Direction, DType, GemmVariant, Layout, Reduction, backend_of,
     check_target,
 )
-from .yamlsrc import LineDict, LineList, ManifestError, load_yaml, read_source
+from .yamlsrc import LineDict, LineList, ManifestError, load_yaml, read_source, show
+
+DEFAULT_MAX_VARIANTS = 20_000
+CAP_HINT = ("raise the cap with the Meson option -Dmax_variants=N (python -m codegen list/table/registry "
+            "--max-variants N; tile-engine sweeps: expand_sweep(..., max_variants=N) or the environment "
+            "variable TILEDISPATCH_MAX_VARIANTS=N)")
+
+
+def cap_error(what: str, count: int, cap: int, line, path) -> ManifestError:
+    """The error for an expansion over the cap: the count, the cap and how to raise it."""
+    return ManifestError(f"{what} {count:,} variants, more than the cap of {cap:,}; "
+                         f"narrow it, or {CAP_HINT}", line, path)
 
 TOP_KEYS = ("schema_version", "gemm", "conv")
 COMMON_KEYS = ("name", "dtype", "tile", "targets")
@@ -73,7 +90,7 @@ def _parse_values(container, key, parse, path, required=True, default=None):
     out = []
     for item, line in _as_list(container, key, path):
         if isinstance(item, (LineDict, LineList)) or item is None or isinstance(item, bool):
-            raise _error(f"'{key}' takes strings, got {type(item).__name__} {item!r}", line, path)
+            raise _error(f"'{key}' takes strings, got {type(item).__name__} {show(item)}", line, path)
         try:
             out.append((parse(str(item)), line))
         except ValueError as err:
@@ -84,9 +101,9 @@ def _parse_values(container, key, parse, path, required=True, default=None):
 def _int_triple(item, line, key, path, size):
     if not isinstance(item, list) or len(item) != size or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in item):
-        raise _error(f"'{key}' items must be lists of {size} integers, got {item!r}", line, path)
+        raise _error(f"'{key}' items must be lists of {size} integers, got {show(item)}", line, path)
     if any(v <= 0 for v in item):
-        raise _error(f"'{key}' values must be positive, got {list(item)}", line, path)
+        raise _error(f"'{key}' values must be positive, got {show(list(item))}", line, path)
     return tuple(item)
 
 
@@ -101,7 +118,7 @@ def _parse_tiles(container, path):
     return tuple((_int_triple(item, line, "tile", path, 3), line) for item, line in items)
 
 
-def _parse_knobs(group, path):
+def _parse_knobs(group, path, max_variants=DEFAULT_MAX_VARIANTS):
     """Per-backend knob sub-maps: each key a list, their product a list of knob objects."""
     out = []
     for backend in Backend:
@@ -134,13 +151,16 @@ def _parse_knobs(group, path):
                     if shape == "int" and isinstance(item, int) and not isinstance(item, bool):
                         continue
                     if not isinstance(item, str):
-                        raise _error(f"'{key}' takes strings, got {item!r}", item_line, path)
+                        raise _error(f"'{key}' takes strings, got {show(item)}", item_line, path)
                 axes.append([(key, item, item_line) for item, item_line in items])
+        count = math.prod(len(axis) for axis in axes)
+        if max_variants is not None and count > max_variants:
+            raise cap_error(f"the '{backend.key}' knobs of this group alone make", count, max_variants, line, path)
         values = []
         for combo in itertools.product(*axes):
             try:
                 knobs = families.knobs_from_yaml(backend, {key: value for key, value, _ in combo})
-            except ValueError as err:
+            except (ValueError, TypeError, ArithmeticError) as err:
                 bad_line = max((item_line for _, _, item_line in combo), default=line)
                 raise _error(str(err), bad_line, path) from None
             values.append((knobs, max((item_line for _, _, item_line in combo), default=line)))
@@ -148,9 +168,9 @@ def _parse_knobs(group, path):
     return tuple(out)
 
 
-def _parse_group(op, group, index, path):
+def _parse_group(op, group, index, path, line=None, max_variants=DEFAULT_MAX_VARIANTS):
     if not isinstance(group, LineDict):
-        raise _error(f"each '{op}' entry must be a mapping", None, path)
+        raise _error(f"each '{op}' entry must be a mapping, got {type(group).__name__} {show(group)}", line, path)
     allowed = (GEMM_KEYS if op == "gemm" else CONV_KEYS) + BACKEND_KEYS
     for key in group:
         if key not in allowed:
@@ -182,14 +202,14 @@ def _parse_group(op, group, index, path):
         axes += [("direction", _parse_values(group, "direction", Direction.parse, path)),
                  ("layout", _parse_values(group, "layout", ConvLayout.parse, path))]
     axes.append(("tile", _parse_tiles(group, path)))
-    return Group(op, label, group.line, tuple(axes), targets, _parse_knobs(group, path))
+    return Group(op, label, group.line, tuple(axes), targets, _parse_knobs(group, path, max_variants))
 
 
-def parse_manifest(text: str, path: str) -> Manifest:
-    return parse_manifest_data(load_yaml(text, path), path)
+def parse_manifest(text: str, path: str, max_variants=DEFAULT_MAX_VARIANTS) -> Manifest:
+    return parse_manifest_data(load_yaml(text, path), path, max_variants)
 
 
-def parse_manifest_data(data, path: str) -> Manifest:
+def parse_manifest_data(data, path: str, max_variants=DEFAULT_MAX_VARIANTS) -> Manifest:
     """A manifest from already-loaded YAML (LineDict/LineList keep the lines)."""
     if not isinstance(data, LineDict):
         raise _error("the manifest must be a mapping with schema_version, gemm and conv", 1, path)
@@ -198,7 +218,7 @@ def parse_manifest_data(data, path: str) -> Manifest:
             raise _error(f"unknown top-level key '{key}'; allowed: {', '.join(TOP_KEYS)}",
                          data.line_of(key), path)
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise _error(f"schema_version must be {SCHEMA_VERSION}, got {data.get('schema_version')!r}",
+        raise _error(f"schema_version must be {SCHEMA_VERSION}, got {show(data.get('schema_version'))}",
                      data.line_of("schema_version") if "schema_version" in data else 1, path)
     groups = []
     for op in ("gemm", "conv"):
@@ -208,12 +228,65 @@ def parse_manifest_data(data, path: str) -> Manifest:
         if not isinstance(entries, LineList):
             raise _error(f"'{op}' must be a list of groups", data.line_of(op), path)
         for index, group in enumerate(entries):
-            groups.append(_parse_group(op, group, index, path))
+            groups.append(_parse_group(op, group, index, path, entries.line_of(index), max_variants))
     return Manifest(path, tuple(groups))
 
 
-def load_manifest(path) -> Manifest:
-    return parse_manifest(read_source(path, "manifest"), str(path))
+def load_manifest(path, max_variants=DEFAULT_MAX_VARIANTS) -> Manifest:
+    return parse_manifest(read_source(path, "manifest"), str(path), max_variants)
+
+
+def group_size(group: Group) -> int:
+    """How many variants the group expands to over all its targets (built or only checked),
+    from the lengths of its lists: nothing is materialized."""
+    axes = math.prod(len(values) for _, values in group.axes)
+    return sum(axes * len(group.knobs_for(backend_of(target))) for target, _ in group.targets
+               if backend_of(target).implemented)
+
+
+def check_size(manifest: Manifest, max_variants=DEFAULT_MAX_VARIANTS) -> int:
+    """The manifest's variant count; over `max_variants` a ManifestError naming the largest
+    group's line, the count, the cap and how to raise it."""
+    sizes = [(group_size(group), group) for group in manifest.groups]
+    total = sum(size for size, _ in sizes)
+    if max_variants is not None and total > max_variants:
+        size, group = max(sizes, key=lambda sg: sg[0])
+        where = f"the manifest expands to {total:,} variants (its largest group, {show(group.label)} here, to {size:,});"
+        raise ManifestError(f"{where} more than the cap of {max_variants:,}; narrow it, or {CAP_HINT}",
+                            group.line, manifest.path)
+    return total
+
+
+def _problems(knobs, op, values, target, lines, path):
+    """families.problems for one variant; a family tripping over a hostile value (a huge
+    integer, say) is a manifest error at the tile's line, not a traceback."""
+    try:
+        return families.problems(knobs, op, values["dtype"], values.get("layout"),
+                                 values.get("variant", values.get("direction")), values["tile"], target)
+    except (ValueError, TypeError, ArithmeticError) as err:
+        return [f"cannot check this variant: {show(str(err))}"]
+
+
+_TILE_WORD = re.compile(r"(?<!micro )\btile\b", re.IGNORECASE)
+
+
+def _problem_line(group, backend, knobs, knob_line, values, target, lines, path):
+    """The line to blame for a variant the backend cannot build. The `tile:` line where the
+    tile itself is at fault: the group names no knobs, or (cpu) a problem about the tile is one
+    the default micro tile has with this tile too (`tile M 50 is not a multiple of the micro
+    tile rows 6`, `tile M 2000 not in 1..1024`). Otherwise the line of the knobs
+    (`micro_tile:`; on cuda and hip always the knobs' line, as the knobs decide what a tile
+    means there)."""
+    if knob_line == group.line:
+        return lines["tile"]
+    default = families.default_knobs(backend, group.op)
+    if backend is not Backend.CPU or type(default) is not type(knobs):
+        return knob_line  # cuda, hip: the knobs (schedule, cluster, algorithm) decide what a tile means
+    shared = set(_problems(default, group.op, values, target, lines, path))
+    mine = _problems(knobs, group.op, values, target, lines, path)
+    if any(p in shared and _TILE_WORD.search(p) for p in mine):
+        return lines["tile"]
+    return knob_line
 
 
 def _group_configs(group: Group, targets, path, reject=None):
@@ -234,15 +307,14 @@ def _group_configs(group: Group, targets, path, reject=None):
             values = {name: v for name, (v, _) in zip(names, combo)}
             lines = {name: line for name, (_, line) in zip(names, combo)}
             knobs, knob_line = combo[-1]
-            problems = families.problems(knobs, group.op, values["dtype"], values.get("layout"),
-                                         values.get("variant", values.get("direction")), values["tile"], target)
+            problems = _problems(knobs, group.op, values, target, lines, path)
             if problems and reject is not None:
                 if target in targets:
                     what = " ".join(str(getattr(v, "key", "")) for k, v in values.items() if k != "tile").split()
                     reject(f"{' '.join(what)} tile {list(values['tile'])} {knobs.token} {target}", problems)
                 continue
             if problems:
-                line = lines["tile"] if knob_line == group.line else knob_line
+                line = _problem_line(group, backend, knobs, knob_line, values, target, lines, path)
                 what = " ".join(str(getattr(v, "key", "")) for k, v in values.items() if k != "tile").split()
                 raise _error(f"{backend.key} backend cannot build {' '.join(what)} tile {list(values['tile'])} "
                              f"with {knobs.token} for {target}: {'; '.join(problems)}", line, path)
@@ -273,9 +345,13 @@ class Expansion:
     filtered_out: int
 
 
-def expand(manifest: Manifest, targets, kernel_filter: str | None = None, reject=None) -> Expansion:
-    """The cartesian product of every group, for the given targets, filtered, sorted, unique."""
+def expand(manifest: Manifest, targets, kernel_filter: str | None = None, reject=None,
+           max_variants=DEFAULT_MAX_VARIANTS) -> Expansion:
+    """The cartesian product of every group, for the given targets, filtered, sorted, unique.
+    More than `max_variants` variants (None: no cap) is a ManifestError, raised before any
+    product is taken."""
     targets = tuple(targets)
+    check_size(manifest, max_variants)
     seen, duplicates, filtered = {}, [], 0
     for group in manifest.groups:
         for config in _group_configs(group, targets, manifest.path, reject):
