@@ -2,6 +2,7 @@
 
   python -m codegen targets  --requested auto,cpu
   python -m codegen list     --manifest kernels.yaml --targets cpu [--filter GLOB] [--format meson]
+                             [--max-variants N]  (also table, registry; default 20000)
   python -m codegen emit     --variant NAME -o OUT
   python -m codegen table    --manifest ... --targets ... --op gemm --target cpu -o OUT
   python -m codegen registry --manifest ... --targets ... -o registry.json
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from . import abi, families
 from .emit import emit_source, write_if_changed
-from .manifest import expand, load_manifest
+from .manifest import DEFAULT_MAX_VARIANTS, expand, load_manifest
 from .configs import config_from_name
 from .model import backend_of
 from .registry import libraries, registry_json, table_source
@@ -33,9 +34,9 @@ def _warn(message: str) -> None:
 def _expansion(args, warn=False):
     """The manifest's variants for the targets and filter, less those of the vendor families
     named by --without (their headers were not found: `vendors`), said once where warn."""
-    manifest = load_manifest(args.manifest)
+    manifest = load_manifest(args.manifest, args.max_variants)
     targets = [t for t in args.targets.split(",") if t]
-    result = expand(manifest, targets, args.filter)
+    result = expand(manifest, targets, args.filter, max_variants=args.max_variants)
     without = {w for w in getattr(args, "without", "").split(",") if w}
     if without:
         kept = tuple(c for c in result.configs if c.family not in without)
@@ -54,6 +55,32 @@ def _selection_args(parser):
     parser.add_argument("--filter", default="", help="comma-separated globs over kernel names")
     parser.add_argument("--without", default="", help="comma-separated vendor families not to build "
                                                       "(their headers are missing)")
+    parser.add_argument("--max-variants", type=_positive, default=DEFAULT_MAX_VARIANTS, metavar="N",
+                        help="the most variants the manifest may expand to, over every target its groups "
+                             f"name, before the filter (default {DEFAULT_MAX_VARIANTS}; Meson: -Dmax_variants=N)")
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+SHOWN_DUPLICATES = 5
+
+
+def _warn_duplicates(names) -> None:
+    """One warning for every name declared more than once (a few named, the rest counted)."""
+    if not names:
+        return
+    shown = ", ".join(names[:SHOWN_DUPLICATES])
+    more = f" and {len(names) - SHOWN_DUPLICATES} more" if len(names) > SHOWN_DUPLICATES else ""
+    _warn(f"{len(names)} variant name{'s are' if len(names) > 1 else ' is'} declared more than once; "
+          f"each built once: {shown}{more}")
 
 
 ABI_HEADERS = {"abi_types.h": lambda: abi.render_c_types(families.FAMILIES),
@@ -162,8 +189,7 @@ def main(argv=None) -> int:
                 raise ManifestError(
                     f"no kernels for targets {args.targets}"
                     + (f" match filter '{args.filter}'" if args.filter else ""), None, args.manifest)
-            for name in result.duplicates:
-                _warn(f"{name} is declared more than once; built once")
+            _warn_duplicates(result.duplicates)
             for config in result.configs:
                 if args.format == "meson":
                     print(config.op, config.target, config.backend.key, config.name)
