@@ -653,17 +653,62 @@ def problem_case(draw):
     return "conv", fields
 
 
+def _enum_ok(cls, value) -> bool:
+    if isinstance(value, cls):
+        return True
+    if isinstance(value, str):
+        return any(value in (m.key, getattr(m, "token", m.key)) for m in cls)
+    return False
+
+
+def _int_in(value, low, high) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and \
+        low <= int(value) <= high
+
+
+def predict_problem(op, fields) -> str:
+    """'ok' or 'fail': what the problem class must do with these fields (its documented checks)."""
+    if op == "gemm":
+        from tiledispatch.codegen import Layout
+        ok = all(_int_in(fields[f], 1, INT64_MAX) for f in ("M", "N", "K"))
+        ok &= all(_int_in(fields[f], 0, INT64_MAX) for f in ("lda", "ldb", "ldc") if f in fields)
+        ok &= all(_int_in(fields[f], 0, INT32_MAX) for f in ("splits", "raster", "swizzle") if f in fields)
+        ok &= _enum_ok(DType, fields.get("dtype", DType.FP32)) and _enum_ok(Layout, fields.get("layout", "rcr"))
+        return "ok" if ok else "fail"
+    ok = all(_int_in(fields[f], 1, INT32_MAX) for f in ("N", "G", "C", "K"))
+    ok &= _int_in(fields.get("split_k", 0), 0, INT32_MAX)
+    ok &= _enum_ok(DType, fields.get("dtype", DType.FP32)) and _enum_ok(Direction, fields.get("direction", "fwd"))
+    size = fields["input_size"]
+    try:
+        nd = len(tuple(size))
+    except TypeError:
+        return "fail"
+    if nd not in (1, 2, 3):
+        return "fail"
+    for f, low in (("input_size", 1), ("filter_size", 1), ("stride", 1), ("padding", 0), ("dilation", 1)):
+        v = fields.get(f, 0 if f == "padding" else 1)
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            v = (v,) * nd
+        try:
+            v = tuple(v)
+        except TypeError:
+            return "fail"
+        ok &= len(v) == nd and all(_int_in(x, low, INT32_MAX) for x in v)
+    return "ok" if ok else "fail"
+
+
 def fuzz_problem(case):
     op, fields = case
     note("problem", op=op, fields=fields)
     cls = td.GemmProblem if op == "gemm" else td.ConvProblem
+    expect = predict_problem(op, fields)
     if op == "conv":
         fields = dict(fields)
         args = [fields.pop(f) for f in ("N", "G", "C", "K", "input_size", "filter_size")]
-        ok, p = attempt(lambda: cls(*args, **fields), "either", "ConvProblem")
+        ok, p = attempt(lambda: cls(*args, **fields), expect, f"ConvProblem (expected {expect})")
         fields.update(zip(("N", "G", "C", "K", "input_size", "filter_size"), args))
     else:
-        ok, p = attempt(lambda: cls(**fields), "either", "GemmProblem")
+        ok, p = attempt(lambda: cls(**fields), expect, f"GemmProblem (expected {expect})")
     if not ok:
         return
     # accepted: every integer field a Python int inside its C type, and the C struct faithful
