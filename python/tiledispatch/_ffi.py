@@ -12,7 +12,7 @@ import threading
 from importlib import resources
 
 from .codegen import ABI_VERSION, abi
-from .errors import TileDispatchError, raise_for
+from .errors import TileDispatchError, library_load_message, raise_for
 from ._registry import kernels_dir, registry
 
 c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float, c_double = (
@@ -144,9 +144,9 @@ def _load(op: str, target: str) -> Library:
                 raise TileDispatchError(f"kernel library {path} is listed in the registry but missing")
             try:
                 handle = ctypes.CDLL(str(path))
-            except OSError as err:
-                raise TileDispatchError(f"cannot load {path}: {err}") from None
-            lib = Library(op, target, str(path), handle)
+                lib = Library(op, target, str(path), handle)  # AttributeError: a function missing
+            except (OSError, AttributeError) as err:
+                raise TileDispatchError(library_load_message(path, err, ABI_VERSION)) from None
             if _options is not None:
                 lib.check(lib.td_set_options(ctypes.byref(_options)))
             _loaded.append(lib)

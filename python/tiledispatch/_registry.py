@@ -25,10 +25,16 @@ def kernels_dir():
     return resources.files(__package__) / KERNELS_DIR
 
 
+REINSTALL = "reinstall tiledispatch (pip install --force-reinstall . from the source tree)"
+
+
 class Registry:
     """What this installation holds: its libraries and their kernels."""
 
     def __init__(self, data: dict, source: str):
+        if not isinstance(data, dict):
+            raise TileDispatchError(f"{source}: the kernel registry is malformed (a JSON {type(data).__name__}, "
+                                    f"not an object); {REINSTALL}")
         if data.get("schema_version") != SCHEMA_VERSION:
             raise TileDispatchError(f"{source}: registry schema {data.get('schema_version')}, "
                                     f"this package reads {SCHEMA_VERSION}; reinstall tiledispatch")
@@ -36,9 +42,19 @@ class Registry:
             raise TileDispatchError(f"{source}: kernels built for ABI {data.get('abi_version')}, "
                                     f"this package speaks {ABI_VERSION}; reinstall tiledispatch")
         self.source = source
-        self.libraries = data["libraries"]
-        self.kernel_dicts = data["kernels"]
-        self.configs = [config_from_name(k["name"]) for k in self.kernel_dicts]
+        try:
+            self.libraries = data["libraries"]
+            self.kernel_dicts = data["kernels"]
+            if not isinstance(self.libraries, list) or not isinstance(self.kernel_dicts, list):
+                raise TypeError("'libraries' and 'kernels' must be lists")
+            for lib in self.libraries:
+                if not isinstance(lib, dict) or not all(isinstance(lib.get(key), str) for key in ("op", "target", "file")):
+                    raise TypeError(f"library entry {lib!r} lacks op, target or file")
+            self.configs = [config_from_name(k["name"]) for k in self.kernel_dicts]
+        except KeyError as err:
+            raise TileDispatchError(f"{source}: the kernel registry is malformed (no {err} key); {REINSTALL}") from None
+        except (TypeError, ValueError) as err:
+            raise TileDispatchError(f"{source}: the kernel registry is malformed ({err}); {REINSTALL}") from None
 
     @property
     def targets(self) -> list[str]:
@@ -86,8 +102,18 @@ def registry() -> Registry:
     path = kernels_dir() / "registry.json"
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise TileDispatchError(f"the kernel registry {path} is not text ({err}): the installation is damaged; "
+                                f"{REINSTALL}") from None
     except (FileNotFoundError, OSError):
         raise TileDispatchError(
             f"no kernel registry at {path}: tiledispatch is not built/installed "
             "(pip install . from the source tree)") from None
-    return Registry(json.loads(text), str(path))
+    if not text.strip():
+        raise TileDispatchError(f"the kernel registry {path} is empty (an interrupted or broken install); {REINSTALL}")
+    try:
+        data = json.loads(text)
+    except ValueError as err:  # json.JSONDecodeError
+        raise TileDispatchError(f"the kernel registry {path} is not valid JSON ({err}): the installation is "
+                                f"damaged; {REINSTALL}") from None
+    return Registry(data, str(path))

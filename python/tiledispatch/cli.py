@@ -12,15 +12,24 @@ from importlib import resources
 
 import numpy as np
 
-from . import reference
+from . import reference, selection
 from ._registry import kernels_dir, registry
 from .arrays import numpy_dtype, random
-from .codegen import Direction, DType, Layout, matches
+from .codegen import Direction, DType, Layout, config_from_name, matches
 from .codegen.yamlsrc import ManifestError
 from .dispatcher import Dispatcher
-from .errors import TileDispatchError
+from .errors import TileDispatchError, UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
 from .tile_engine.bench import run_bench, write_tuning
+
+
+def _select(d: Dispatcher, problem) -> str:
+    """The dispatcher's pick; where no kernel supports the problem, the error says when the
+    library builds no kernel of its dtype (layout, direction, rank) at all."""
+    try:
+        return d.select(problem)
+    except UnsupportedProblemError as err:
+        raise selection.explain_unsupported(err, d.op, d.target, problem) from None
 
 
 def _timed_runs(d: Dispatcher, problem, tensors, kernel, repeat: int) -> float:
@@ -50,15 +59,45 @@ def _check_elements(*shapes) -> None:
                          f"at most {MAX_ELEMENTS}")
 
 
+def _kernel_config(name, op: str):
+    """The config of the kernel --kernel names (parsed from the name), or None without --kernel
+    or for a name that does not parse (the library then says it has no such kernel)."""
+    if not name:
+        return None
+    try:
+        config = config_from_name(name)
+    except (ValueError, KeyError, IndexError):
+        return None
+    if config.op != op:
+        raise ValueError(f"--kernel {name} is a {config.op} kernel, not a {op} one")
+    return config
+
+
+def _from_kernel(option: str, given, config, field: str, default: str, describe=lambda v: v.key):
+    """An option's value: the one given; else the kernel's (--kernel); else the default. A value
+    given that disagrees with the kernel's name is an error."""
+    if config is None:
+        return default if given is None else given
+    theirs = describe(getattr(config, field))
+    if given is None:
+        return theirs
+    if str(given) != str(theirs):
+        raise ValueError(f"--{option} {given} disagrees with --kernel {config.name}, whose {option} is {theirs}: "
+                         f"leave --{option} out (the kernel's is used) or name a kernel of {option} {given}")
+    return given
+
+
 def cmd_gemm(args) -> dict:
     M, N, K = args.M, args.N, args.K
     if min(M, N, K) < 1:
         raise ValueError(f"M, N and K must be positive (got M={M} N={N} K={K})")
-    dtype, layout = DType.parse(args.dtype), Layout.parse(args.layout)
+    config = _kernel_config(args.kernel, "gemm")
+    dtype = DType.parse(_from_kernel("dtype", args.dtype, config, "dtype", "fp32"))
+    layout = Layout.parse(_from_kernel("layout", args.layout, config, "layout", "rcr"))
     out = {"problem": {"M": M, "N": N, "K": K, "dtype": dtype.key, "layout": layout.key}}
     d = Dispatcher("gemm", args.target)
     problem = GemmProblem(M, N, K, dtype, layout)
-    kernel = args.kernel or d.select(problem)
+    kernel = args.kernel or _select(d, problem)
     out["kernel"] = kernel
     _check_elements((M, K), (K, N), (M, N))
     rng = np.random.default_rng(args.seed)
@@ -75,6 +114,14 @@ def cmd_gemm(args) -> dict:
 
 
 def cmd_conv(args) -> dict:
+    config = _kernel_config(args.kernel, "conv")
+    args.dtype = _from_kernel("dtype", args.dtype, config, "dtype", "fp32")
+    args.direction = _from_kernel("direction", args.direction, config, "direction", "fwd")
+    if config is not None and args.input is not None and len(args.input) != config.ndim:
+        raise ValueError(f"--input gives {len(args.input)} spatial sizes, --kernel {config.name} is a "
+                         f"{config.ndim}D ({config.layout.name}) kernel: give {config.ndim} sizes or leave --input out")
+    if args.input is None:
+        args.input = [16] * (config.ndim if config is not None else 2)
     ndim = len(args.input)
     dtype = DType.parse(args.dtype)
 
@@ -105,7 +152,7 @@ def cmd_conv(args) -> dict:
                        "dilation": list(problem.dilation), "output": list(problem.output_size),
                        "direction": problem.direction.key, "dtype": dtype.key}}
     d = Dispatcher("conv", args.target)
-    kernel = args.kernel or d.select(problem)
+    kernel = args.kernel or _select(d, problem)
     out["kernel"] = kernel
     _check_elements(problem.input_shape, problem.weight_shape, problem.output_shape)
     rng = np.random.default_rng(args.seed)
@@ -206,8 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("M", type=int)
     p.add_argument("N", type=int)
     p.add_argument("K", type=int)
-    p.add_argument("--dtype", default="fp32", choices=dtypes)
-    p.add_argument("--layout", default="rcr", choices=[lay.key for lay in Layout])
+    p.add_argument("--dtype", choices=dtypes, help="default: the --kernel's, else fp32")
+    p.add_argument("--layout", choices=[lay.key for lay in Layout], help="default: the --kernel's, else rcr")
     _run_args(p)
 
     p = sub.add_parser("conv", help="run one grouped convolution, print JSON")
@@ -217,13 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--G", type=int, default=1, help="groups")
     p.add_argument("--C", type=int, default=8, help="input channels per group")
     p.add_argument("--K", type=int, default=8, help="output channels per group")
-    p.add_argument("--input", type=int, nargs="+", default=[16, 16], help="spatial size: W, H W or D H W")
+    p.add_argument("--input", type=int, nargs="+",
+                   help="spatial size: W, H W or D H W (default: 16 per dimension of the --kernel, else 16 16)")
     p.add_argument("--filter", type=int, nargs="+", default=[3], help="filter size (one value: every dim)")
     p.add_argument("--stride", type=int, nargs="+", default=[1])
     p.add_argument("--pad", type=int, nargs="+", default=[0])
     p.add_argument("--dilation", type=int, nargs="+", default=[1])
-    p.add_argument("--direction", default="fwd", choices=[d.key for d in Direction])
-    p.add_argument("--dtype", default="fp32", choices=dtypes)
+    p.add_argument("--direction", choices=[d.key for d in Direction], help="default: the --kernel's, else fwd")
+    p.add_argument("--dtype", choices=dtypes, help="default: the --kernel's, else fp32")
     p.add_argument("--split-k", type=int, default=0)
     _run_args(p)
 
@@ -309,9 +357,17 @@ def _main(argv=None) -> int:
                 table = write_tuning(args.results, args.out)
                 print(f"wrote {args.out}: {len(table['entries'])} problems for target {table['target']}")
                 return 0
-            run_bench(args.sweep, args.problems, args.target, args.out, verify=args.verify, timeout=args.timeout,
-                      jobs=args.jobs, source=args.source, repeat=args.repeat, plot=args.plot, ray_address=args.ray,
-                      kernel_filter=args.filter, prebuilt=args.prebuilt)
+            fresh_out = not os.path.exists(args.out)
+            try:
+                run_bench(args.sweep, args.problems, args.target, args.out, verify=args.verify, timeout=args.timeout,
+                          jobs=args.jobs, source=args.source, repeat=args.repeat, plot=args.plot,
+                          ray_address=args.ray, kernel_filter=args.filter, prebuilt=args.prebuilt)
+            except BaseException:
+                # A bench that fails before writing anything (a malformed sweep or problems file)
+                # leaves no empty output folder behind (by default ./tiledispatch-bench).
+                if fresh_out and os.path.isdir(args.out) and not os.listdir(args.out):
+                    os.rmdir(args.out)
+                raise
             return 0
         except (ManifestError, RuntimeError, OSError, ValueError) as err:
             print(f"{err}" if isinstance(err, ManifestError) else f"tiledispatch {args.command}: error: {err}",

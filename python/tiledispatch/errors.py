@@ -1,6 +1,8 @@
 """Exceptions carrying the C ABI's status code and the library's message."""
 from __future__ import annotations
 
+import re
+
 OK, ERROR, UNSUPPORTED, REJECTED = 0, -1, -2, -3
 
 
@@ -41,8 +43,39 @@ _BY_STATUS = {ERROR: InvalidArgumentError, UNSUPPORTED: UnsupportedProblemError,
               REJECTED: KernelRejectedError}
 
 
+# The library's message where no kernel supports a problem and none said why beyond its dtype
+# or layout (bindings/dispatcher.hpp, rank): the problem's kind is not among the library's.
+_NO_KERNEL = re.compile(r"^no (gemm|conv) kernel for target (\S+) supports this problem \(\d+ kernels registered\)$")
+
+
 def raise_for(status: int, message: str) -> None:
-    """Raises the exception for a non-zero status."""
+    """Raises the exception for a non-zero status. Where no kernel supports the problem and
+    the library gave no reason beyond dtypes and layouts, the message says which dtypes the
+    library builds (e.g. a gfx942 conv library: fp16, bf16 only)."""
     if status == OK:
         return
+    match = _NO_KERNEL.match(message or "") if status == UNSUPPORTED else None
+    if match:
+        from .selection import library_contents  # lazy: selection imports the registry, which imports this
+        contents = library_contents(match.group(1), match.group(2))
+        if contents:
+            message = f"{message}: {contents}"
     raise _BY_STATUS.get(status, TileDispatchError)(message or f"call failed with status {status}", status)
+
+
+def library_load_message(path, err: BaseException, abi_version: int) -> str:
+    """The message for a kernel library that cannot be loaded or lacks the package's functions:
+    names the file, says what is wrong and what to do. A symbol missing (dlopen's "undefined
+    symbol", or ctypes' AttributeError for a function this package declares) means the library
+    and the package come from different builds (another ABI version, or libraries swapped)."""
+    detail = str(err)
+    reinstall = "reinstall tiledispatch (pip install --force-reinstall . from the source tree)"
+    if isinstance(err, AttributeError) or "undefined symbol" in detail or "symbol not found" in detail:
+        return (f"cannot load kernel library {path}: {detail}. The library does not match this tiledispatch "
+                f"package (ABI version {abi_version}): it comes from another build or version, or the installed "
+                f"libraries were swapped or mixed, so a symbol is missing; {reinstall} so that the package "
+                "and its libraries come from one build")
+    if any(s in detail for s in ("invalid ELF header", "wrong ELF class", "file too short", "not a dynamic")):
+        return (f"cannot load kernel library {path}: {detail}. The file is not a shared library for this "
+                f"machine (damaged, or built for another platform); {reinstall}")
+    return f"cannot load kernel library {path}: {detail}"

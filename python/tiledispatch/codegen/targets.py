@@ -65,4 +65,8 @@ def resolve(requested: list[str], warn) -> list[str]:
                 out.append(target)
     if not out:
         raise ValueError("gpu_targets is empty")
+    if "cpu" not in out:
+        warn(f"gpu_targets={','.join(out)} does not include cpu: no cpu library will be built, and host "
+             f"(numpy) calls will run on the {out[0]} library (copied to the GPU and back); "
+             f"add cpu (-Dgpu_targets=cpu,{','.join(out)}) to build it")
     return out
