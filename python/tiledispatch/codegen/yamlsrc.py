@@ -36,7 +36,11 @@ def show(value) -> str:
 class ManifestError(Exception):
     """A manifest problem, rendered as `file:line: message`."""
 
+    MAX_MESSAGE = 1000  # a hostile value quoted in a message (a 100 KB dtype, say) is cut
+
     def __init__(self, message: str, line: int | None = None, path: str | None = None):
+        if len(message) > self.MAX_MESSAGE:
+            message = f"{message[:600]} ... [{len(message) - 900:,} characters cut] ... {message[-300:]}"
         super().__init__(message)
         self.message = message
         self.line = line
