@@ -270,8 +270,10 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
         b_use, ldb = _as_order(b, "r" if lay.b_row else "c")
         problem = GemmProblem(M, N, K, dtype, lay, lda, ldb, order_c[1], alpha)
         if kernel is None and not d.is_supported(problem):
+            detail = selection.unsupported_detail("gemm", d.target, problem)
             last_error = UnsupportedProblemError(
-                f"no {dtype.key} {lay.key} gemm kernel for target {d.target} supports {M}x{N}x{K}")
+                f"no {dtype.key} {lay.key} gemm kernel for target {d.target} supports {M}x{N}x{K}"
+                + (f": {detail}" if detail else ""))
             continue
         d.run(problem, a_use, b_use, out, kernel=kernel)
         return out
