@@ -51,6 +51,7 @@ GEMM_DTYPES = sorted({k.dtype for k in GEMM.kernels}, key=lambda d: d.code)
 CONV_DTYPES = sorted({k.dtype for k in CONV.kernels}, key=lambda d: d.code)
 GEMM_BUILT = {(k.dtype, k.layout) for k in GEMM.kernels}
 CONV_BUILT = {(k.dtype, k.direction, k.ndim) for k in CONV.kernels}
+BUILT = {(lib["op"], lib["target"]) for lib in td.registry().libraries}
 
 # numpy element types that are not tiledispatch's, and ones it knows without a cpu kernel
 FOREIGN = [np.dtype(np.float64), np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.int8), np.dtype(bool)]
@@ -231,6 +232,7 @@ def gemm_case(draw):
                 kernel_index=draw(st.integers(0, 999)),
                 alpha=draw(st.sampled_from([1.0, 1.0, 0.5, -2.0, 0.0, 3, np.float32(0.25), np.float64(-1.5),
                                             np.int64(2), 1e-3])),
+                target=draw(st.sampled_from([None] * 12 + ["cpu", "nope", "", 5, "sm_90a"])),
                 seed=draw(SEED))
 
 
@@ -321,6 +323,10 @@ def fuzz_gemm(case):
     if not valid:
         expect = "fail"
     args = dict(layout=lay, out=out, kernel=kernel, alpha=case["alpha"])
+    if case["target"] is not None:
+        args["target"] = case["target"]
+        if case["target"] not in ("cpu", ""):  # "": the default target (cpu here)
+            expect = "either" if ("gemm", case["target"]) in BUILT else "fail"
     inputs = frozen([a, b])
     ok, result = attempt(lambda: td.gemm(a, b, **args), expect, "td.gemm")
     unchanged(inputs, "td.gemm")
@@ -394,6 +400,7 @@ def conv_case(draw):
     elif mutation == "foreign":
         m["index"] = draw(st.integers(0, 99))
     return dict(g=g, mutation=mutation, m=m, pass_size=draw(st.booleans()),
+                target=draw(st.sampled_from([None] * 12 + ["cpu", "nope", 5])),
                 kernel=draw(st.sampled_from(["none"] * 8 + ["match", "nope", "other"])),
                 kernel_index=draw(st.integers(0, 999)), seed=draw(SEED))
 
@@ -440,6 +447,8 @@ def fuzz_conv(case):
         else:
             key = {"stride": "stride", "padding": "pad", "dilation": "dil"}[mut]
             parsed = _valid_spatial(v, nd, 0 if mut == "padding" else 1)
+            if isinstance(v, (bytes, bytearray)):
+                return  # read as its byte values: bug_bytes_as_sizes
             if parsed is None:
                 expect = "fail"
             elif max(parsed) > 64:
@@ -484,6 +493,8 @@ def fuzz_conv(case):
             name = "input_size"  # ignored by fwd
         v = m["value"]
         kwargs[name] = v
+        if isinstance(v, (bytes, bytearray)):
+            return  # read as its byte values: bug_bytes_as_sizes
         if direction is not Direction.FWD:
             # a tuple or list of sizes; a bare int is not documented for input_size / filter_size
             parsed = _valid_spatial(v, nd, 1) if isinstance(v, (tuple, list)) else None
@@ -514,7 +525,7 @@ def fuzz_conv(case):
         expect = "fail"
     elif mut == "foreign":
         fd = (FOREIGN + NO_KERNEL)[m["index"] % len(FOREIGN + NO_KERNEL)]
-        first, second = first.astype(fd), second.astype(fd)
+        first, second = values(first.shape, fd, rng), values(second.shape, fd, rng)
         expect = "fail"
     elif mut == "layout":
         arrays = [first, second]
@@ -584,6 +595,10 @@ def fuzz_conv(case):
             k = CONV_KERNELS[name]
             if not (k.dtype is dt and k.direction is direction and k.ndim == nd):
                 expect = "fail" if expect != "either" else "either"
+    if case["target"] is not None:
+        kwargs["target"] = case["target"]
+        if case["target"] != "cpu":
+            expect = "either" if ("conv", case["target"]) in BUILT else "fail"
     inputs = frozen([first, second])
     ok, result = attempt(lambda: td.conv(first, second, **kwargs), expect, "td.conv")
     unchanged(inputs, "td.conv")
@@ -692,6 +707,8 @@ def predict_problem(op, fields) -> str:
     ok &= _int_in(fields.get("split_k", 0), 0, INT32_MAX)
     ok &= _enum_ok(DType, fields.get("dtype", DType.FP32)) and _enum_ok(Direction, fields.get("direction", "fwd"))
     size = fields["input_size"]
+    if isinstance(size, (bytes, bytearray)):
+        return "either"  # read as its byte values: bug_bytes_as_sizes
     try:
         nd = len(tuple(size))
     except TypeError:
@@ -700,6 +717,8 @@ def predict_problem(op, fields) -> str:
         return "fail"
     for f, low in (("input_size", 1), ("filter_size", 1), ("stride", 1), ("padding", 0), ("dilation", 1)):
         v = fields.get(f, 0 if f == "padding" else 1)
+        if isinstance(v, (bytes, bytearray)):
+            return "either"  # read as its byte values: bug_bytes_as_sizes
         if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
             v = (v,) * nd
         try:
@@ -770,7 +789,7 @@ def fuzz_problem(case):
 def dispatcher_case(draw):
     op = draw(st.sampled_from(["gemm", "conv"]))
     method = draw(st.sampled_from(["select", "is_supported", "workspace_size", "cost", "model_select", "tuned",
-                                   "run", "run", "run"]))
+                                   "run", "run", "run", "ctor"]))
     kernel = draw(st.sampled_from(["none", "none", "match", "any", "nope", "", "other_op", "long", "nul",
                                    "config", "wrong_type_problem"]))
     if op == "gemm":
@@ -822,6 +841,16 @@ def fuzz_dispatcher(case):
     note("dispatcher", **case)
     rng = np.random.default_rng(case["seed"])
     op, g, method = case["op"], case["geom"], case["method"]
+    if method == "ctor":
+        ops = [op, "GEMM", "", None, 5, "conv2d"]
+        targets = ["cpu", None, "nope", "", 5, "sm_90a", "gfx942"]
+        o, t = ops[case["index"] % len(ops)], targets[(case["index"] // 7) % len(targets)]
+        expect = "ok" if o in ("gemm", "conv") and (t in ("cpu", None, "") or (o, t) in BUILT) else \
+            "either" if o in ("gemm", "conv") and t in ("sm_90a", "gfx942") else "fail"
+        ok, made = attempt(lambda: td.Dispatcher(o, t), expect, f"td.Dispatcher({o!r}, {t!r})")
+        if ok and (made.op != o or made.target != "cpu" and t in ("cpu", None, "")):
+            raise FuzzFailure(f"td.Dispatcher({o!r}, {t!r}) gave {made!r}")
+        return
     d = GEMM if op == "gemm" else CONV
     if op == "gemm":
         lay = g["layout"]
@@ -885,8 +914,6 @@ def fuzz_dispatcher(case):
         ok, cost = attempt(lambda: d.cost(problem, kernel), "either", what)
         if ok and cost is not None and (not isinstance(cost, float) or not math.isfinite(cost) or cost < 0):
             raise FuzzFailure(f"{what} returned {cost!r}")
-        if ok and cost is not None and kernel is None:
-            pass  # NULL names the library's choice or is refused; both allowed
         return
     if method == "workspace_size":
         ok, size = attempt(lambda: d.workspace_size(problem, kernel), "either" if expect != "ok" else expect, what)
@@ -1347,8 +1374,6 @@ def cli_argv(draw):
         opts += ["--seed", draw(st.sampled_from(["0", "7", "-1", "x", "99999999999999999999"]))]
     if draw(st.integers(0, 6)) == 0:
         opts += [draw(st.sampled_from(["--bogus", "extra", "--validate=1"]))]
-    order = draw(st.permutations(range(0, len(opts) // 2 + 1)))  # shuffle nothing destructive: keep pairs
-    del order
     return argv + opts
 
 
@@ -1418,6 +1443,98 @@ def fuzz_cli(argv):
     check_cli_output(argv, proc.returncode, proc.stdout, proc.stderr, "python -m tiledispatch")
 
 
+# ---- target: several threads at once --------------------------------------------------------------
+
+@st.composite
+def threads_case(draw):
+    jobs = []
+    for _ in range(draw(st.integers(2, 6))):
+        if draw(st.booleans()):
+            jobs.append(("gemm", dict(M=draw(DIM), N=draw(DIM), K=draw(DIM), dtype=draw(st.sampled_from(GEMM_DTYPES)),
+                                      layout=draw(st.sampled_from(["rcr", "rrr", "crr", "ccr"])),
+                                      splits=draw(st.sampled_from([0, 1, 3])), bad=draw(st.integers(0, 5)) == 0,
+                                      seed=draw(SEED))))
+        else:
+            g = draw(conv_geometry())
+            g["input"] = tuple(i + (f - 1) * d for i, f, d in zip(g["input"], g["filter"], g["dil"]))
+            g["input"] = tuple(min(i, SPATIAL_MAX[g["ndim"]] + 4) for i in g["input"])
+            jobs.append(("conv", dict(g=g, bad=draw(st.integers(0, 5)) == 0, seed=draw(SEED))))
+    return jobs
+
+
+def _thread_job(job):
+    """One job of fuzz_threads: runs and checks itself; returns None or the failure."""
+    op, spec = job
+    rng = np.random.default_rng(spec["seed"])
+    try:
+        if op == "gemm":
+            dt = spec["dtype"]
+            problem = td.GemmProblem(spec["M"], spec["N"], spec["K"], dt, spec["layout"], splits=spec["splits"])
+            lay = problem.layout
+            a, b = values((problem.M, problem.K), numpy_dtype(dt), rng), values((problem.K, problem.N), numpy_dtype(dt), rng)
+            a_mem = a if lay.a_row else np.asfortranarray(a)
+            b_mem = b if lay.b_row else np.asfortranarray(b)
+            c = np.full((problem.M, problem.N), np.nan, numpy_dtype(dt.out))
+            if spec["bad"]:  # a refusal in one thread must not disturb the others' messages or results
+                try:
+                    GEMM.run(problem, a_mem, b_mem, c[:, :0] if problem.N > 1 else c.astype(np.float64))
+                except td.TileDispatchError as err:
+                    if not err.message.strip():
+                        return f"{job}: a refusal with an empty message"
+                else:
+                    return f"{job}: a too-small C accepted"
+            GEMM.run(problem, a_mem, b_mem, c)
+            ref, mag = reference.gemm(a, b)
+            check_close(c, ref, mag, dt, problem.K, f"thread {job}")
+        else:
+            g = spec["g"]
+            if any(o <= 0 for o in out_size(g)):
+                return None
+            problem = conv_problem(g)
+            shapes = (problem.input_shape, problem.weight_shape, problem.output_shape)
+            written = {Direction.FWD: 2, Direction.BWD_DATA: 0, Direction.BWD_WEIGHT: 1}[problem.direction]
+            in_dt, out_dt = numpy_dtype(problem.dtype), numpy_dtype(problem.dtype.out)
+            t = [np.full(sh, np.nan, out_dt) if i == written else values(sh, in_dt, rng) for i, sh in enumerate(shapes)]
+            if spec["bad"]:
+                try:
+                    CONV.run(problem, *[x.reshape(-1)[:-1] if i == written else x for i, x in enumerate(t)])
+                except td.TileDispatchError as err:
+                    if not err.message.strip():
+                        return f"{job}: a refusal with an empty message"
+                else:
+                    return f"{job}: a too-small output accepted"
+            CONV.run(problem, *t)
+            x, w, y = t
+            if problem.direction is Direction.FWD:
+                ref, mag = reference.conv(problem, x=x, w=w)
+            elif problem.direction is Direction.BWD_DATA:
+                ref, mag = reference.conv(problem, dy=y, w=w)
+            else:
+                ref, mag = reference.conv(problem, x=x, dy=y)
+            check_close(t[written], ref, mag, problem.dtype, problem.reduction_length, f"thread {job}")
+    except FuzzFailure as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001
+        return f"{job}: {type(err).__name__}: {err}"
+    return None
+
+
+_POOL = None
+
+
+def fuzz_threads(jobs):
+    """Valid gemm and conv runs (some after a refusal) from several Python threads at once
+    (docs/abi.md: every function is safe to call from several threads at once)."""
+    global _POOL
+    note("threads", jobs=jobs)
+    if _POOL is None:
+        import concurrent.futures
+        _POOL = concurrent.futures.ThreadPoolExecutor(6)
+    for failure in _POOL.map(_thread_job, jobs):
+        if failure:
+            raise FuzzFailure(failure)
+
+
 # ---- targets recording known bugs (xfail in tests/test_fuzz.py) --------------------------------
 
 @st.composite
@@ -1483,6 +1600,19 @@ def fuzz_bug_negative_stride_unit_dim(case):
     check_close(y, ref, mag, DType.FP32, problem.reduction_length, "td.conv")
 
 
+def fuzz_bug_bytes_as_sizes(case):
+    """bytes (or a dict, a set) where a convolution takes an integer or a tuple of integers
+    must be refused; they are read as their elements (b'3' as 51)."""
+    note("bug_bytes_as_sizes", **case)
+    x, w = np.ones((1, 8, 1), np.float32), np.ones((1, 1, 1), np.float32)
+    v = case["value"]
+    if case["where"] == "conv":
+        attempt(lambda: td.conv(x, w, **{case["field"]: v}), "fail", f"td.conv({case['field']}={v!r})")
+    else:
+        attempt(lambda: td.ConvProblem(1, 1, 1, 1, (8,), (1,), **{case["field"]: v}), "fail",
+                f"td.ConvProblem({case['field']}={v!r})")
+
+
 TARGETS = {
     "problems": (problem_case(), fuzz_problem),
     "abi": (abi_case(), fuzz_abi),
@@ -1491,9 +1621,14 @@ TARGETS = {
     "conv": (conv_case(), fuzz_conv),
     "cli_inproc": (cli_argv(), fuzz_cli_inproc),
     "cli": (cli_argv(), fuzz_cli),
+    "threads": (threads_case(), fuzz_threads),
     "bug_kernel_type": (bad_kernel_arg(), fuzz_bug_kernel_type),
     "bug_alpha_overflow": (st.sampled_from([2**1024, -2**1024, 10**400]), fuzz_bug_alpha_overflow),
     "bug_conv_huge_output": (st.sampled_from([2**31 - 1, 2**30]), fuzz_bug_conv_huge_output),
+    "bug_bytes_as_sizes": (st.fixed_dictionaries(dict(where=st.sampled_from(["conv", "problem"]),
+                                                      field=st.sampled_from(["stride", "padding", "dilation"]),
+                                                      value=st.sampled_from([b"\x02", b"3", {2: 0}, {1}]))),
+                           fuzz_bug_bytes_as_sizes),
     "bug_negative_stride_unit_dim": (st.fixed_dictionaries(dict(where=st.sampled_from(["gemm_a", "gemm_b", "conv_x"]),
                                                                 n=st.integers(3, 16), seed=SEED)),
                                      fuzz_bug_negative_stride_unit_dim),
@@ -1506,6 +1641,7 @@ def main(argv=None) -> int:
         print(f"usage: fuzz_worker.py TARGET N  (targets: {', '.join(TARGETS)})", file=sys.stderr)
         return 2
     name, n = argv[0], int(argv[1])
+    os.environ.setdefault("TILEDISPATCH_TARGET", "cpu")  # td.gemm / the command: the cpu library
     # a bounded address space: a runaway allocation is a MemoryError here, not the machine's OOM killer
     limit = int(os.environ.get("TD_FUZZ_MEMORY_GB", "8")) << 30
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)

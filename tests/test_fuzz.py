@@ -6,8 +6,10 @@ instead of killing pytest, and under a timeout so that a hang fails it too; the 
 records the example it is running, shown here when it dies. The examples are fixed
 (derandomized hypothesis, no database): the same ones every run.
 
-TD_FUZZ_EXAMPLES multiplies every target's example count (default 1: about 11,000 examples
-in all, 1-2 minutes on 2 cores); TD_FUZZ_EXAMPLES=10 is the long run (about 110,000).
+TD_FUZZ_EXAMPLES multiplies every target's example count (default 1: 11,720 examples in
+all, 1-2 minutes on 2 cores); TD_FUZZ_EXAMPLES=10 is the long run (117,200, about 15-20
+minutes). A failure prints hypothesis's shrunk example; `python tests/fuzz_worker.py TARGET N`
+reruns one target alone.
 
 Targets named bug_* record bugs found by fuzzing, each marked xfail(strict=True) with its
 reproducer: the suite stays green, and the test fails (XPASS) once the bug is fixed, so the
@@ -34,6 +36,7 @@ TARGETS = {
     "gemm": (2000, 80),
     "conv": (1500, 120),
     "cli_inproc": (800, 120),
+    "threads": (400, 300),
     "cli": (20, 15000),  # a fresh interpreter per example
 }
 
@@ -52,6 +55,12 @@ BUGS = {
         "td.conv allocates the output before any size check: td.conv(np.ones((1, 4, 1), np.float32), "
         "np.ones((1, 3, 1), np.float32), padding=2**31 - 1) -> MemoryError (a 16 GiB output; without an "
         "address-space limit it tries to allocate and fill it)"),
+    "bug_bytes_as_sizes": (
+        "bytes where td.conv / td.ConvProblem take an integer or a tuple of integers are read as their byte "
+        "values: td.ConvProblem(1, 1, 1, 1, (8,), (1,), stride=b'3').stride == (51,); "
+        "td.conv(np.ones((1, 8, 1), np.float32), np.ones((1, 1, 1), np.float32), stride=b'\\x02') runs with "
+        "stride 2; a dict or a set is taken as its keys (problems._spatial calls tuple() on anything "
+        "iterable)"),
     "bug_negative_stride_unit_dim": (
         "a negative stride along a dimension of size 1 is refused though the array is used without a "
         "copy: td.gemm(np.ones((1, 4), np.float32)[::-1], np.ones((4, 3), np.float32)) -> "
@@ -63,7 +72,9 @@ BUGS = {
 
 def run_worker(target: str, examples: int, timeout: float, tmp_path):
     last = tmp_path / f"{target}.last"
-    env = {**os.environ, "TD_FUZZ_LAST": str(last), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    # the cpu target everywhere (on a GPU machine too: td.gemm and the command would pick the GPU)
+    env = {**os.environ, "TD_FUZZ_LAST": str(last), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+           "TILEDISPATCH_TARGET": "cpu"}
     try:
         proc = subprocess.run([sys.executable, str(WORKER), target, str(examples)], capture_output=True,
                               text=True, timeout=timeout, env=env)
