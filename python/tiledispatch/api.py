@@ -4,6 +4,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import math
+import os
 
 import numpy as np
 
@@ -14,7 +16,7 @@ from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_t
 from .codegen import Direction, Layout
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
-from .problems import INT32_MAX, ConvProblem, GemmProblem, _integer, _spatial
+from .problems import INT32_MAX, ConvProblem, GemmProblem, _alpha, _integer, _spatial
 
 
 _LAYOUT = {(True, False): Layout.RCR, (True, True): Layout.RRR, (False, True): Layout.CRR, (False, False): Layout.CCR}
@@ -79,6 +81,33 @@ def _check_out(out: np.ndarray, inputs: dict) -> None:
             raise InvalidArgumentError(f"out overlaps {name}: in-place is not supported, pass a separate out array")
 
 
+def _layout(layout) -> Layout:
+    """A layout argument ('rcr' or a Layout) as a Layout."""
+    if isinstance(layout, str):
+        return Layout.parse(layout)
+    if isinstance(layout, Layout):
+        return layout
+    raise InvalidArgumentError(f"layout must be one of rcr, rrr, crr, ccr, got {layout!r}")
+
+
+def _host_output(shape, dtype) -> np.ndarray:
+    """The output array of a host call: refused, not attempted, where it would take more than
+    half the memory available now (a problem that size is a mistake far more often than a
+    wish); a MemoryError becomes an InvalidArgumentError."""
+    nbytes = int(np.dtype(dtype).itemsize) * math.prod(int(v) for v in shape)
+    try:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        available = 0
+    if available and nbytes > available // 2:
+        raise InvalidArgumentError(f"the output {tuple(shape)} needs {nbytes} bytes, more than half the "
+                                   f"{available} bytes of memory available")
+    try:
+        return np.empty(shape, dtype=dtype)
+    except MemoryError:
+        raise InvalidArgumentError(f"the output {tuple(shape)} needs {nbytes} bytes: out of host memory") from None
+
+
 def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
     """td.gemm on CUDA arrays: no copy, the caller's current stream, an output of the
     caller's kind."""
@@ -95,7 +124,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
         raise InvalidArgumentError("A and B must each have a unit stride along one dimension "
                                    "(call .contiguous() first)")
     lay = Layout.parse(oa[0] + ob[0] + "r")
-    if layout is not None and (Layout.parse(layout) if isinstance(layout, str) else layout) is not lay:
+    if layout is not None and _layout(layout) is not lay:
         raise InvalidArgumentError(f"the arrays are laid out as {lay.key}, not {layout}: transpose or copy them")
     if out is None:
         out = da.empty((M, N), dtype.out)
@@ -214,6 +243,7 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     silently copied: pass np.ascontiguousarray(x) to materialize them.
     """
     global _TENSOR
+    alpha = _alpha(alpha)
     if _TENSOR is None and type(a).__name__ == "Tensor" and is_torch(a):
         _TENSOR = type(a)  # torch.Tensor, found without importing torch
     if type(a) is _TENSOR and type(b) is _TENSOR and kernel is None and layout is None and target is None \
@@ -240,14 +270,16 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     d = dispatcher("gemm", target)
 
     if layout is not None:
-        candidates = [Layout.parse(layout) if isinstance(layout, str) else layout]
+        candidates = [_layout(layout)]
     else:
         found_a, found_b = matrix_order(a), matrix_order(b)
         natural = Layout.parse((found_a[0] if found_a else "r") + (found_b[0] if found_b else "c") + "r")
         built = {k.layout for k in d.kernels if k.dtype is dtype}
         candidates = [natural] + [lay for lay in Layout if lay is not natural and lay in built]
     if kernel is not None:
-        name = kernel if isinstance(kernel, str) else kernel.name
+        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", None)
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"kernel must be a kernel name (a str) or a kernel config, got {kernel!r}")
         named = [k for k in d.kernels if k.name == name]
         if named and layout is None:
             candidates = [named[0].layout]
@@ -397,7 +429,7 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
         return out
     out_dtype = numpy_dtype(dtype.out)
     if out is None:
-        out = np.empty(shape, dtype=out_dtype)
+        out = _host_output(shape, out_dtype)
     elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != out_dtype \
             or not out.flags.c_contiguous:
         raise InvalidArgumentError(f"out must be a contiguous {shape} {out_dtype} array")

@@ -57,7 +57,7 @@ def _address(value, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, np.ndarray):
-        if any(st < 0 for st in value.strides):
+        if any(st < 0 and n > 1 for st, n in zip(value.strides, value.shape)):  # size 1: never stepped
             raise InvalidArgumentError(f"{what} has a negative stride (copy it first)")
         return pointer(value)
     if isinstance(value, int):
@@ -102,7 +102,10 @@ class Dispatcher:
     def _kernel(kernel) -> bytes | None:
         if kernel is None:
             return None
-        return (kernel if isinstance(kernel, str) else kernel.name).encode()
+        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", None)
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"kernel must be a kernel name (a str) or a kernel config, got {kernel!r}")
+        return name.encode()
 
     def is_supported(self, problem, kernel=None) -> bool:
         fn = self.lib.td_gemm_is_supported if self.op == "gemm" else self.lib.td_conv_is_supported

@@ -57,6 +57,7 @@ class GemmProblem:
             _integer(getattr(self, name), name, 0, INT64_MAX)
         for name in ("splits", "raster", "swizzle"):
             object.__setattr__(self, name, _integer(getattr(self, name), name, 0, INT32_MAX))
+        object.__setattr__(self, "alpha", _alpha(self.alpha))
 
     @property
     def flops(self) -> int:
@@ -78,10 +79,28 @@ class GemmProblem:
                                   self.swizzle)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _alpha(value) -> float:
+    """alpha as the C float it becomes: a finite real number within the float32 range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentError(f"alpha must be a real number, got {value!r}")
+    try:
+        alpha = float(value)
+    except OverflowError:
+        alpha = math.inf
+    if not math.isfinite(alpha) or abs(alpha) > FLOAT32_MAX:
+        raise InvalidArgumentError(f"alpha must be finite and within the float32 range, got {value!r}")
+    return alpha
+
+
 def _spatial(value, ndim: int, what: str, low: int = 1) -> tuple:
     """One integer per spatial dim, each within [low, INT32_MAX] (C int fields)."""
     if isinstance(value, (int, np.integer)):
         value = (value,) * ndim
+    if isinstance(value, (str, bytes, bytearray, memoryview, dict, set, frozenset)):
+        raise InvalidArgumentError(f"{what} must be an integer or a tuple of integers, got {value!r}")
     try:
         value = tuple(value)
     except TypeError:

@@ -40,7 +40,7 @@ inline std::string conv_geometry(const TdConvProblem& p, ConvGeometry* g) {
         if (pad[d] < 0) return "padding must not be negative";
         g->in[d] = in[d]; g->fil[d] = fil[d]; g->stride[d] = st[d]; g->pad[d] = pad[d]; g->dil[d] = dil[d];
         const int64_t span = (int64_t)dil[d] * (fil[d] - 1) + 1;
-        const int64_t padded = (int64_t)in[d] + 2 * pad[d];
+        const int64_t padded = (int64_t)in[d] + 2 * (int64_t)pad[d];
         if (padded < span) return "the filter is larger than the padded input";
         g->out[d] = (padded - span) / st[d] + 1;
         if (g->out[d] < 1) return "the output size is below 1";
