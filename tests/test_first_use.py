@@ -324,7 +324,7 @@ def test_the_unsupported_detail_says_the_library_has_no_kernel_of_the_dtype(monk
     explained = selection.explain_unsupported(err, "conv", "gfx942", fp32)
     assert isinstance(explained, td.UnsupportedProblemError) and explained.status == -2
     assert explained.message.endswith(": the gfx942 conv library has no fp32 kernels (it builds fp16, bf16)")
-    assert selection.library_contents("conv", "gfx942") == "the gfx942 conv library builds fp16, bf16 kernels only"
+    assert _registry.library_contents("conv", "gfx942") == "the gfx942 conv library builds fp16, bf16 kernels only"
 
 
 def test_a_dispatcher_error_for_a_dtype_the_library_lacks_lists_what_it_builds():

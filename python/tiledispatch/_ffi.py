@@ -12,8 +12,8 @@ import threading
 from importlib import resources
 
 from .codegen import ABI_VERSION, abi
-from .errors import TileDispatchError, library_load_message, raise_for
-from ._registry import kernels_dir, registry
+from .errors import UNSUPPORTED, TileDispatchError, library_load_message, raise_for
+from ._registry import kernels_dir, registry, with_library_contents
 
 c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float, c_double = (
     ctypes.c_int64, ctypes.c_int32, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
@@ -104,7 +104,8 @@ class Library:
     def check(self, status: int) -> int:
         """Raises for a negative status (with this thread's message); returns it otherwise."""
         if status < 0:
-            raise_for(status, self.last_error())
+            message = self.last_error()
+            raise_for(status, with_library_contents(message) if status == UNSUPPORTED else message)
         return status
 
     def name_call(self, fn, *args) -> str:

@@ -5,10 +5,11 @@ import functools
 import json
 import os
 import pathlib
+import re
 import warnings
 from importlib import resources
 
-from .codegen import ABI_VERSION, SCHEMA_VERSION, config_from_name
+from .codegen import ABI_VERSION, SCHEMA_VERSION, DType, config_from_name
 from ._cuda import device_targets
 from .errors import TileDispatchError
 
@@ -117,3 +118,32 @@ def registry() -> Registry:
         raise TileDispatchError(f"the kernel registry {path} is not valid JSON ({err}): the installation is "
                                 f"damaged; {REINSTALL}") from None
     return Registry(data, str(path))
+
+
+def in_order(values, order) -> list:
+    """values' keys in the enum's order (fp32, fp16, bf16, ...)."""
+    return [m.key for m in order if m in values]
+
+def library_contents(op: str, target: str) -> str:
+    """What the (op, target) library builds, for a message that knows no problem:
+    'the gfx942 conv library builds fp16, bf16 kernels only' ('' where the registry has none)."""
+    try:
+        kernels = registry().kernels(op, target)
+    except Exception:  # noqa: BLE001 - a hint only: the error it decorates is the one to raise
+        return ""
+    if not kernels:
+        return ""
+    return f"the {target} {op} library builds {', '.join(in_order({k.dtype for k in kernels}, DType))} kernels only"
+
+
+# The library's message where no kernel supports a problem and none said why beyond its dtype
+# or layout (bindings/dispatcher.hpp, rank): the problem's kind is not among the library's.
+_NO_KERNEL = re.compile(r"^no (gemm|conv) kernel for target (\S+) supports this problem \(\d+ kernels registered\)$")
+
+
+def with_library_contents(message: str) -> str:
+    """A library's no-kernel message with what the library builds appended, where the library
+    gave no reason beyond dtypes and layouts (e.g. a gfx942 conv library: fp16, bf16 only)."""
+    match = _NO_KERNEL.match(message or "")
+    contents = library_contents(match.group(1), match.group(2)) if match else ""
+    return f"{message}: {contents}" if contents else message

@@ -1,7 +1,6 @@
 """Exceptions carrying the C ABI's status code and the library's message."""
 from __future__ import annotations
 
-import re
 
 OK, ERROR, UNSUPPORTED, REJECTED = 0, -1, -2, -3
 
@@ -43,23 +42,10 @@ _BY_STATUS = {ERROR: InvalidArgumentError, UNSUPPORTED: UnsupportedProblemError,
               REJECTED: KernelRejectedError}
 
 
-# The library's message where no kernel supports a problem and none said why beyond its dtype
-# or layout (bindings/dispatcher.hpp, rank): the problem's kind is not among the library's.
-_NO_KERNEL = re.compile(r"^no (gemm|conv) kernel for target (\S+) supports this problem \(\d+ kernels registered\)$")
-
-
 def raise_for(status: int, message: str) -> None:
-    """Raises the exception for a non-zero status. Where no kernel supports the problem and
-    the library gave no reason beyond dtypes and layouts, the message says which dtypes the
-    library builds (e.g. a gfx942 conv library: fp16, bf16 only)."""
+    """Raises the exception for a non-zero status."""
     if status == OK:
         return
-    match = _NO_KERNEL.match(message or "") if status == UNSUPPORTED else None
-    if match:
-        from .selection import library_contents  # lazy: selection imports the registry, which imports this
-        contents = library_contents(match.group(1), match.group(2))
-        if contents:
-            message = f"{message}: {contents}"
     raise _BY_STATUS.get(status, TileDispatchError)(message or f"call failed with status {status}", status)
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import warnings
 
-from ._registry import kernels_dir
+from . import _registry
+from ._registry import in_order, kernels_dir
+from .codegen import Direction, DType, Layout
+from .errors import UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
 
 
@@ -31,36 +34,30 @@ def warn_messages(lib, stacklevel: int = 3) -> None:
             warnings.warn(line, RuntimeWarning, stacklevel=stacklevel)
 
 
-def _in_order(values, order) -> list:
-    """values' keys in the enum's order (fp32, fp16, bf16, ...)."""
-    return [m.key for m in order if m in values]
 
 
 def unsupported_detail(op: str, target: str, problem) -> str:
     """Why no kernel of the (op, target) library can take the problem where the reason is what
     the library builds ('' when it holds kernels of the problem's kind and the reason is
     elsewhere): e.g. 'the gfx942 conv library has no fp32 kernels (it builds fp16, bf16)'."""
-    from ._registry import registry
-    from .codegen import Direction, DType, Layout
-
-    kernels = registry().kernels(op, target)
+    kernels = _registry.registry().kernels(op, target)
     if not kernels:
         return f"the {target} {op} library has no kernels at all"
     dtype = problem.dtype
     dtypes = {k.dtype for k in kernels}
     if dtype not in dtypes:
-        return f"the {target} {op} library has no {dtype.key} kernels (it builds {', '.join(_in_order(dtypes, DType))})"
+        return f"the {target} {op} library has no {dtype.key} kernels (it builds {', '.join(in_order(dtypes, DType))})"
     same = [k for k in kernels if k.dtype is dtype]
     if op == "gemm":
         layouts = {k.layout for k in same}
         if problem.layout not in layouts:
             return (f"the {target} gemm library has no {dtype.key} {problem.layout.key} kernels "
-                    f"(its {dtype.key} kernels are {', '.join(_in_order(layouts, Layout))})")
+                    f"(its {dtype.key} kernels are {', '.join(in_order(layouts, Layout))})")
         return ""
     directions = {k.direction for k in same}
     if problem.direction not in directions:
         return (f"the {target} conv library has no {dtype.key} {problem.direction.key} kernels "
-                f"(its {dtype.key} kernels are {', '.join(_in_order(directions, Direction))})")
+                f"(its {dtype.key} kernels are {', '.join(in_order(directions, Direction))})")
     ndim = len(problem.input_size)
     ranks = sorted({k.ndim for k in same if k.direction is problem.direction})
     if ndim not in ranks:
@@ -69,31 +66,16 @@ def unsupported_detail(op: str, target: str, problem) -> str:
     return ""
 
 
-def library_contents(op: str, target: str) -> str:
-    """What the (op, target) library builds, for a message that knows no problem:
-    'the gfx942 conv library builds fp16, bf16 kernels only' ('' where the registry has none)."""
-    from ._registry import registry
-    from .codegen import DType
-
-    try:
-        kernels = registry().kernels(op, target)
-    except Exception:  # noqa: BLE001 - a hint only: the error it decorates is the one to raise
-        return ""
-    if not kernels:
-        return ""
-    return f"the {target} {op} library builds {', '.join(_in_order({k.dtype for k in kernels}, DType))} kernels only"
 
 
 def explain_unsupported(err, op: str, target: str, problem):
     """err (an UnsupportedProblemError) with unsupported_detail appended to its message, where
     that says something; err itself otherwise."""
-    from .errors import UnsupportedProblemError
-
     detail = unsupported_detail(op, target, problem)
     message = getattr(err, "message", str(err))
     if not detail or detail in message:
         return err
-    contents = library_contents(op, target)
+    contents = _registry.library_contents(op, target)
     if contents and message.endswith(f": {contents}"):  # raise_for's hint: the detail says more
         message = message[:-len(contents) - 2]
     return UnsupportedProblemError(f"{message}: {detail}", getattr(err, "status", None))
