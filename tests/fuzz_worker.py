@@ -690,6 +690,16 @@ def _int_in(value, low, high) -> bool:
         low <= int(value) <= high
 
 
+def conv_reference(problem, x, w, y):
+    """The float64 reference of a conv problem's written tensor from the other two
+    (fwd: y from x, w; bwd_data: dx from dy, w; bwd_weight: dw from x, dy) and its magnitude."""
+    if problem.direction is Direction.FWD:
+        return reference.conv(problem, x=x, w=w)
+    if problem.direction is Direction.BWD_DATA:
+        return reference.conv(problem, dy=y, w=w)
+    return reference.conv(problem, x=x, dy=y)
+
+
 # what a size argument is never read as (an integer or a sequence of integers only)
 NOT_SIZES = (str, bytes, bytearray, memoryview, dict, set, frozenset)
 
@@ -1014,12 +1024,7 @@ def fuzz_dispatcher(case):
             raise FuzzFailure(f"{what} wrote outside C's columns")
     else:
         x, w, y = tensors
-        if problem.direction is Direction.FWD:
-            ref, mag = reference.conv(problem, x=x, w=w)
-        elif problem.direction is Direction.BWD_DATA:
-            ref, mag = reference.conv(problem, dy=y, w=w)
-        else:
-            ref, mag = reference.conv(problem, x=x, dy=y)
+        ref, mag = conv_reference(problem, x, w, y)
         check_close(tensors[written], ref, mag, problem.dtype, kred, what)
 
 
@@ -1317,12 +1322,7 @@ def fuzz_abi(case):
     if not (ok_kernel and matching):
         raise FuzzFailure(f"{what}: ran kernel {kernel} on a problem of another kind ({f})")
     x, w, y = bufs
-    if cp.direction is Direction.FWD:
-        ref, mag = reference.conv(cp, x=x, w=w)
-    elif cp.direction is Direction.BWD_DATA:
-        ref, mag = reference.conv(cp, dy=y, w=w)
-    else:
-        ref, mag = reference.conv(cp, x=x, dy=y)
+    ref, mag = conv_reference(cp, x, w, y)
     check_close(bufs[written], ref, mag, cp.dtype, cp.reduction_length, what)
 
 
@@ -1517,12 +1517,7 @@ def _thread_job(job):
                     return f"{job}: a too-small output accepted"
             CONV.run(problem, *t)
             x, w, y = t
-            if problem.direction is Direction.FWD:
-                ref, mag = reference.conv(problem, x=x, w=w)
-            elif problem.direction is Direction.BWD_DATA:
-                ref, mag = reference.conv(problem, dy=y, w=w)
-            else:
-                ref, mag = reference.conv(problem, x=x, dy=y)
+            ref, mag = conv_reference(problem, x, w, y)
             check_close(t[written], ref, mag, problem.dtype, problem.reduction_length, f"thread {job}")
     except FuzzFailure as err:
         return str(err)
