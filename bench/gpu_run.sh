@@ -2,7 +2,8 @@
 # One run on a GPU machine (the H200 through the device tool): build and install the
 # cpu + sm_90a libraries, run the GPU tests, memcheck a sample of kernels, benchmark
 # against cuBLAS. Logs go to $OUT; a short table is printed last.
-#   bash bench/gpu_run.sh [all|build|test|bench|conv|profile]...   (several: build conv)
+#   bash bench/gpu_run.sh [all|build|test|sanitize|bench|conv|profile]...   (several: build conv)
+#   sanitize: compute-sanitizer memcheck and racecheck over one kernel of every family
 #   KERNEL_FILTER='conv_*,*_cpu' bash bench/gpu_run.sh build conv   builds only those variants
 #   KERNELS=/tmp/merged.yaml bash bench/gpu_run.sh build conv        another manifest (absolute path)
 #   GPU_TARGETS=cpu KERNEL_FILTER='gemm_fp32_rcr_*' bash bench/gpu_run.sh build sweep64
@@ -43,9 +44,14 @@ if want test; then
   "$helper" 4096 4096 4096 --validate; echo
   step "GPU tests"
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu.py" 2>&1 | tee "$OUT/test_gpu.log" | tail -15
-  step "compute-sanitizer memcheck on a sample"
-  compute-sanitizer --tool memcheck --error-exitcode 9 python3 "$OLDPWD/bench/sanitize_sample.py" > "$OUT/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; tail -4 "$OUT/memcheck.log"
+fi
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool: one kernel of every GEMM and conv family (bench/sanitize_sample.py)"
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 "$OLDPWD/bench/sanitize_sample.py" \
+      > "$OUT/$tool.log" 2>&1
+    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$tool.log" | tail -4
+  done
 fi
 if want conv; then
   step "GPU conv tests"

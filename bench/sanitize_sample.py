@@ -1,9 +1,15 @@
-"""A few GPU kernels on small problems, for `compute-sanitizer --tool memcheck`."""
+"""One GPU kernel of every family (GEMM: algorithm, variant, schedule, padding, element size;
+conv: family, direction, rank, element size) on small problems, each checked against float64,
+for `compute-sanitizer --tool memcheck` and `--tool racecheck` (bench/gpu_run.sh sanitize)."""
+import dataclasses
+import math
+
 import numpy as np
 
 import tiledispatch as td
 from tiledispatch import reference
 from tiledispatch.arrays import random
+from tiledispatch.codegen import Direction
 from tiledispatch.codegen.families.cutlass import fp8_tile_slices
 from tiledispatch.codegen.model import GemmVariant
 
@@ -34,3 +40,58 @@ for k in sample.values():
         ok = reference.compare(c, ref, mag, k.dtype, K)["ok"]
         print(f"{k.name} {M}x{N}x{K}: {'ok' if ok else 'MISMATCH'}", flush=True)
         assert ok
+
+# ---- convolution: one kernel of every (family, direction, rank) on a small problem it takes ----
+cd = td.Dispatcher("conv")
+
+
+def conv_candidates(ndim: int):
+    """Small problems of every class, as (N, G, C, K, stride, pad, dilation, filter); the first
+    one a kernel supports is its sample. Spatial sizes are odd so that partial tiles run."""
+    for N, G, C, K, s, p, dl, f in ((2, 16, 1, 1, 1, 1, 1, 3),     # depthwise
+                                    (2, 16, 1, 1, 2, 1, 1, 3),     # depthwise, stride 2
+                                    (2, 4, 8, 8, 1, 1, 1, 3),      # 8 channels a group
+                                    (2, 4, 16, 16, 2, 1, 1, 3),    # 16 a group, stride 2
+                                    (2, 2, 32, 32, 1, 1, 1, 3),    # many channels a group
+                                    (2, 1, 64, 64, 1, 0, 1, 1),    # dense 1x1
+                                    (2, 1, 32, 64, 2, 1, 1, 3),    # dense strided 3x3
+                                    (2, 2, 4, 4, 1, 2, 2, 3),      # dilated
+                                    (2, 8, 2, 2, 1, 1, 1, 3)):
+        yield td.ConvProblem(N, G, C, K, (11,) * ndim, (f,) * ndim, s, p, dl)
+
+
+conv_sample = {}
+for k in cd.kernels:
+    conv_sample.setdefault((k.family, k.direction, k.ndim, k.dtype.nbytes), k)
+for k in conv_sample.values():
+    problem = None
+    for base in conv_candidates(k.ndim):
+        base = dataclasses.replace(base, direction=k.direction, dtype=k.dtype)
+        if cd.is_supported(base, k.name):
+            problem = base
+            break
+    if problem is None:
+        print(f"{k.name}: no sample problem supported, not run", flush=True)
+        continue
+    x = random(problem.input_shape, k.dtype, rng)
+    w = random(problem.weight_shape, k.dtype, rng)
+    dy = random(problem.output_shape, k.dtype, rng)
+    common = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation, groups=problem.G,
+                  kernel=k.name)
+    if k.direction is Direction.FWD:
+        got = td.conv(x, w, **common)
+        ref, mag = reference.conv(problem, x=x, w=w)
+    elif k.direction is Direction.BWD_DATA:
+        got = td.conv(dy, w, direction="bwd_data", input_size=problem.input_size, **common)
+        ref, mag = reference.conv(problem, dy=dy, w=w)
+    else:
+        got = td.conv(x, dy, direction="bwd_weight", filter_size=problem.filter_size, **common)
+        ref, mag = reference.conv(problem, x=x, dy=dy)
+    reduced = {Direction.FWD: problem.C * math.prod(problem.filter_size),   # the sum each output element is
+               Direction.BWD_DATA: problem.K * math.prod(problem.filter_size),
+               Direction.BWD_WEIGHT: problem.N * math.prod(problem.output_size)}[k.direction]
+    ok = reference.compare(got, ref, mag, k.dtype, reduced)["ok"]
+    print(f"{k.name} {problem.direction.key} G{problem.G} C{problem.C} K{problem.K} s{problem.stride[0]}: "
+          f"{'ok' if ok else 'MISMATCH'}", flush=True)
+    assert ok
+print(f"sanitizer sample: {len(sample)} gemm kernels, {len(conv_sample)} conv kernels", flush=True)
