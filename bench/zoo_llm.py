@@ -265,7 +265,8 @@ def summary_tables(rows, vendor_name: str = "cuBLAS") -> str:
     lines = []
     for dtype in sorted({r["dtype"] for r in rows}, key=lambda d: (DTYPES + ("fp32",)).index(d)):
         sel = [r for r in rows if r["dtype"] == dtype]
-        lines.append(f"\n== {dtype}: ratio = {vendor_name} time / ours (>1: ours faster); "
+        vendor = "cuBLASLt" if vendor_name == "cuBLAS" and dtype.startswith("fp8") else vendor_name
+        lines.append(f"\n== {dtype}: ratio = {vendor} time / ours (>1: ours faster); "
                      "sum x = summed time over the uses' counts (one forward pass each)")
         lines.append(f"{'':28s} | {'pick':^52s} | {'ours alone (no vendor kernels)':^52s}")
         lines.append(f"{'group':28s} | {zl.STAT_HEAD} | {zl.STAT_HEAD}")
