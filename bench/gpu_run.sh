@@ -10,6 +10,10 @@
 #       the tile engine's 64-kernel x 16-problem sweep (its own scratch build), timed
 #   KERNEL_FILTER='conv_*_nhwgc_bf16_*,conv_*_cudnn_*' ZOO_BUDGET=300 bash bench/gpu_run.sh build zoo
 #       the model zoo (bench/zoo.py) against cuDNN: pick, ours alone, every kernel, crossval
+#   KERNEL_FILTER='gemm_bf16_rcr_*,gemm_fp16_rcr_*,gemm_fp8e4m3_rcr_*' ZOO_DTYPE=bf16 ZOO_BUDGET=300 \
+#       bash bench/gpu_run.sh build zoo-gemm
+#       the LLM GEMM zoo (bench/zoo.py --op gemm) against cuBLAS / cuBLASLt (the filter keeps the
+#       cublaslt family: its rcr kernels match); ZOO_START=N continues a run cut by the budget
 #   KERNEL_FILTER='gemm_*' bash bench/gpu_run.sh build select
 #       tuning table from the installed bf16 kernels on training shapes, scored on held-out
 #       shapes (bench/selection.py), then bench/gemm.py bf16 with that table
@@ -70,6 +74,15 @@ if [[ "$what" == *" zoo "* ]]; then  # opt-in: the model zoo against cuDNN (benc
   python3 "$OLDPWD/bench/zoo.py" conv --dtype "${ZOO_DTYPE:-bf16}" --every --reps 10 --budget-s "${ZOO_BUDGET:-300}" \
     --json "$OUT/zoo.json" --table "$OUT/zoo_tuning.json" --crossval > "$OUT/zoo.log" 2>&1
   echo "zoo rc=$?"; grep -E "^(==|group|all|direction|class|grouped|total)" "$OUT/zoo.log" | head -60
+fi
+if [[ "$what" == *" zoo-gemm "* ]]; then  # opt-in: the LLM GEMM zoo against cuBLAS (bench/zoo.py --op gemm)
+  step "LLM GEMM zoo: the shapes of bench/zoo/gemm_layers.json against cuBLAS / cuBLASLt (${ZOO_DTYPE:-bf16,fp16,fp8_e4m3}), every kernel timed, crossval"
+  python3 "$OLDPWD/bench/zoo.py" --op gemm run --dtype "${ZOO_DTYPE:-bf16,fp16,fp8_e4m3}" --every --reps 10 \
+    --budget-s "${ZOO_BUDGET:-300}" --start "${ZOO_START:-0}" --json "$OUT/zoo_gemm.json" \
+    --table "$OUT/zoo_gemm_tuning.json" --crossval > "$OUT/zoo_gemm.log" 2>&1
+  echo "zoo-gemm rc=$?"
+  grep -E "^(==|group|all|tokens|layer|model|memory|  ours|  alone|  vendor|max rel|total|time budget|REL ERROR)" \
+    "$OUT/zoo_gemm.log" | head -120
 fi
 if [[ "$what" == *" profile "* ]]; then  # opt-in: Nsight Compute replays every kernel
   step "Nsight Compute on the conv kernels"

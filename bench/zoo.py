@@ -29,6 +29,9 @@ ours-alone always), fewer reps: the tuning-table data. The ratio is cuDNN's time
 ours (> 1: ours faster); the floor is the problem's bytes at 4.27 TB/s. A failing layer
 is a FAILED row, counted in the summary.
 
+The LLM GEMM zoo is the same tool with --op gemm (enumerate, run, table, crossval):
+`python3 bench/zoo.py --op gemm --help`.
+
 crossval: for each model, a table of the rows of every layer the model does not use, read
 by the library alone (TILEDISPATCH_TUNING, TILEDISPATCH_NO_SHIPPED_TUNING=1), its pick for
 each of the model's layer-directions scored by the measured times (within 5% of the best
@@ -51,8 +54,11 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import zoo_layers as zl  # noqa: E402
+import zoo_llm as zg  # noqa: E402
 
 DEFAULT_LAYERS = BENCH / "zoo" / "conv_layers.json"
+DEFAULT_GEMM_CONFIGS = BENCH / "zoo" / "llm_configs.json"
+DEFAULT_GEMM_LAYERS = BENCH / "zoo" / "gemm_layers.json"
 INPUT_SIZE = (224, 224)
 DEVICE = "cuda"
 REF_FLOPS_CAP = 1e11  # beyond this the float64 reference runs on the first images only (fwd, bwd_data)
@@ -501,13 +507,13 @@ def write_table(rows, out, target, vendor=True):
     return table
 
 
-def load_rows(paths):
+def load_rows(paths, key=zl.row_key):
     """The rows of one or more runs' JSON (e.g. one GPU call per class), and the first run's header."""
     docs = [json.loads(Path(p).read_text()) for p in paths]
     by_key = {}
     for doc in docs:
         for r in doc["rows"]:
-            by_key[zl.row_key(r)] = r  # a row measured twice: the later run's
+            by_key[key(r)] = r  # a row measured twice: the later run's
     total = sum(len(doc["rows"]) for doc in docs)
     if total != len(by_key):
         print(f"{total - len(by_key)} rows measured in more than one run: the later run's kept")
@@ -596,10 +602,520 @@ def cmd_crossval(args):
     run_crossval(rows, td.Dispatcher("conv", target), vendor=not args.no_vendor)
 
 
+# ============================================================== gemm: the LLM zoo (--op gemm)
+
+def cmd_gemm_enumerate(args):
+    """The shape list from the model configurations (pure Python, no torch)."""
+    configs = json.loads(Path(args.configs).read_text())
+    tokens = tuple(int(v) for v in args.tokens.split(",") if v) if args.tokens else zg.TOKENS
+    doc = zg.document(configs, tokens)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(zg.dumps(doc))
+    for name, info in doc["models"].items():
+        print(f"{name:16s} {info['hf_repo']:34s} {info['gemms']:4d} GEMMs, {info['unique']:4d} unique shapes")
+    total = sum(info["gemms"] for info in doc["models"].values())
+    print(f"{total} GEMMs ({len(doc['models'])} models x {len(tokens)} token counts x {len(zg.LAYERS)} layers), "
+          f"{len(doc['shapes'])} unique (M, N, K) -> {args.out}")
+
+
+def load_shapes(path, models=None, tokens=None, limit=None, start=0):
+    doc = json.loads(Path(path).read_text())
+    if doc.get("schema_version") != zg.SCHEMA_VERSION:
+        sys.exit(f"{path}: schema {doc.get('schema_version')}, this script reads {zg.SCHEMA_VERSION}")
+    shapes = doc["shapes"]
+    if models:
+        shapes = [s for s in shapes if set(models) & set(zg.uses(s))]
+    if tokens:
+        shapes = [s for s in shapes if any(t in tokens for _, _, t, _ in s["uses"])]
+    shapes = zl.order(shapes)[start:]
+    return shapes[:limit] if limit else shapes
+
+
+class CudaOperands:
+    """A (M x K) row-major, B = W^T (K x N) column-major with W (N x K) the Linear's weight as
+    torch stores it (layout rcr), C (M x N); torch CUDA tensors, uniform in [-1, 1)."""
+
+    def __init__(self, torch, M, N, K, dtype):
+        gen = torch.Generator(device=DEVICE).manual_seed(0)
+        tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8_e4m3": torch.float8_e4m3fn}[dtype]
+        out = torch.bfloat16 if dtype.startswith("fp8") else tdt
+        self.torch, self.dtype = torch, dtype
+        self.a = (torch.rand((M, K), generator=gen, device=DEVICE) * 2 - 1).to(tdt)
+        self.w = (torch.rand((N, K), generator=gen, device=DEVICE) * 2 - 1).to(tdt)
+        self.b = self.w.t()
+        self.c = torch.empty((M, N), device=DEVICE, dtype=out)
+        self.c_vendor = torch.empty((M, N), device=DEVICE, dtype=out)
+        self.one = torch.ones((), device=DEVICE)
+        self.lda, self.ldb, self.ldc = self.a.stride(0), self.b.stride(1), self.c.stride(0)
+        self.addr = (self.a.data_ptr(), self.b.data_ptr(), self.c.data_ptr())
+
+    def vendor(self):
+        """cuBLAS: torch.matmul(x, w.t()); fp8: cuBLASLt through torch._scaled_mm, per-tensor
+        (unit) scales, bf16 output."""
+        torch, a, b = self.torch, self.a, self.b
+        if self.dtype.startswith("fp8"):
+            return lambda: torch._scaled_mm(a, b, scale_a=self.one, scale_b=self.one, out_dtype=torch.bfloat16)
+        return lambda: torch.matmul(a, b, out=self.c_vendor)
+
+    def rel_error(self, rows: int) -> float:
+        """Relative Frobenius error of C's first rows against float64 on the same inputs (the
+        reference made once: the pick and ours alone are checked against the same one)."""
+        if getattr(self, "ref", None) is None or self.ref.shape[0] != rows:
+            self.ref = self.a[:rows].double() @ self.w.double().t()
+        ref = self.ref
+        return float((self.c[:rows].double() - ref).norm()) / max(float(ref.norm()), 1e-30)
+
+
+class CpuOperands:
+    """The same on the host: numpy float32, B a column-major (F-order) view, the vendor numpy's
+    BLAS (np.matmul): a smoke run of the measurement loop, not a benchmark."""
+
+    def __init__(self, np, M, N, K, dtype):
+        if dtype != "fp32":
+            raise ValueError(f"--device cpu measures fp32 only (numpy's BLAS as the vendor), not {dtype}")
+        rng = np.random.default_rng(0)
+        self.np = np
+        self.a = (rng.random((M, K), dtype=np.float32) * 2 - 1)
+        self.w = (rng.random((N, K), dtype=np.float32) * 2 - 1)
+        self.b = self.w.T
+        self.c = np.empty((M, N), np.float32)
+        self.c_vendor = np.empty((M, N), np.float32)
+        self.lda, self.ldb, self.ldc = K, K, N
+        self.addr = (self.a, self.b, self.c)
+
+    def vendor(self):
+        return lambda: self.np.matmul(self.a, self.b, out=self.c_vendor)
+
+    def rel_error(self, rows: int) -> float:
+        np = self.np
+        ref = self.a[:rows].astype(np.float64) @ self.w.astype(np.float64).T
+        return float(np.linalg.norm(self.c[:rows] - ref)) / max(float(np.linalg.norm(ref)), 1e-30)
+
+
+class GemmBench:
+    """The state of a GEMM zoo run: the dispatcher, the vendor, the timing. cuda: CUDA events,
+    L2 flushed and the GPU kept busy while the host enqueues (bench/conv.py's timed); cpu:
+    perf_counter after touching 64 MiB."""
+
+    def __init__(self, args):
+        self.td = td = import_tiledispatch()
+        self.args = args
+        self.device = args.device
+        if self.device == "cuda":
+            import torch
+            import conv as convbench  # bench/conv.py: timed()
+            from tiledispatch._cuda import device_targets
+            self.torch, self.cb = torch, convbench
+            self.target = args.target or next((t for t in device_targets() if t in td.registry().targets), None)
+            if self.target is None:
+                sys.exit(f"no GPU with a library in this installation (GPUs: {device_targets()})")
+            self.flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
+            self.stream = torch.cuda.current_stream().cuda_stream
+        else:
+            import numpy as np
+            self.np = np
+            self.target = args.target or "cpu"
+            self.flush = np.zeros(8 << 20)  # 64 MiB
+            self.stream = None
+        self.d = td.Dispatcher("gemm", self.target)
+        try:
+            self.vendor_option = "vendor" in td.options()
+        except Exception:  # noqa: BLE001 - an older library: no options at all
+            self.vendor_option = False
+        self.kernels = [k for k in self.d.kernels if not getattr(k, "named_only", False)]
+
+    def device_name(self) -> str:
+        if self.device == "cuda":
+            return self.torch.cuda.get_device_name()
+        import platform
+        return f"cpu ({platform.processor() or platform.machine()})"
+
+    def operands(self, M, N, K, dtype):
+        if self.device == "cuda":
+            return CudaOperands(self.torch, M, N, K, dtype)
+        return CpuOperands(self.np, M, N, K, dtype)
+
+    def sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def timed(self, fn) -> float:
+        """Microseconds of one call."""
+        if self.device == "cuda":
+            return self.cb.timed(fn, self.flush)
+        self.flush += 1.0
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e6
+
+    def ours(self, ops):
+        """td.gemm as a user calls it (the library selects)."""
+        td, a, b, c = self.td, ops.a, ops.b, ops.c
+        if self.device == "cuda":
+            return lambda: td.gemm(a, b, out=c)
+        return lambda: td.gemm(a, b, out=c, target=self.target)
+
+    def named(self, ops, problem, kernel):
+        """One compiled kernel, named, on the same operands."""
+        d, addr = self.d, ops.addr
+        return lambda: d.run(problem, *addr, kernel=kernel, stream=self.stream, timed=False)
+
+    def alone(self, problem, pick):
+        """(kernel, source) of ours alone: the pick with the vendor kernel families out."""
+        if self.vendor_option:
+            previous = self.td.set_options(vendor=False)
+            try:
+                return self.d.select(problem), "option"
+            except self.td.UnsupportedProblemError:
+                return None, "none: no kernel of ours takes the problem"
+            finally:
+                self.td.set_options(vendor=previous["vendor"])
+        return (pick, "pick") if not zl.is_vendor(pick) else (None, None)
+
+    def candidates(self, problem, dtype, must):
+        """The compiled rcr kernels of the dtype that take the problem (named-only ones out): at
+        most --max-candidates, the ones in `must` first, then by the cost model's order."""
+        names = []
+        for k in self.kernels:
+            if k.dtype.key != dtype or k.layout.key != "rcr":
+                continue
+            try:
+                if self.d.is_supported(problem, kernel=k.name):
+                    names.append(k.name)
+            except Exception:  # noqa: BLE001
+                continue
+        cap = self.args.max_candidates
+        if cap and len(names) > cap:
+            def cost(n):
+                try:
+                    c = self.d.cost(problem, n)
+                except Exception:  # noqa: BLE001
+                    c = None
+                return math.inf if c is None else c
+            kept = [n for n in names if n in must]
+            rest = sorted((n for n in names if n not in must), key=cost)
+            names = kept + rest[:max(0, cap - len(kept))]
+        return names
+
+    def measure(self, shape, dtype) -> dict:
+        """One row: the pick (td.gemm), the vendor, ours alone, and with --every every kernel."""
+        M, N, K = shape["M"], shape["N"], shape["K"]
+        row = {"shape": shape["id"], "M": M, "N": N, "K": K, "uses": shape["uses"], "dtype": dtype,
+               "problem": zg.problem_spec(M, N, K, dtype), "bytes": zg.problem_bytes(M, N, K, dtype)}
+        if not zg.vendor_takes(M, N, K, dtype):
+            row["error"] = "the vendor (torch._scaled_mm) needs N and K multiples of 16"
+            return row
+        try:
+            row.update(self._measure(M, N, K, dtype))
+        except Exception as err:  # noqa: BLE001 - a failing shape is a row, the run goes on
+            row["error"] = f"{type(err).__name__}: {err}"
+        return row
+
+    def _measure(self, M, N, K, dtype) -> dict:
+        td, d = self.td, self.d
+        ops = self.operands(M, N, K, dtype)
+        problem = td.GemmProblem(M, N, K, dtype, "rcr", ops.lda, ops.ldb, ops.ldc)
+        kernel = d.select(problem)
+        alone, alone_src = self.alone(problem, kernel)
+        ours, theirs = self.ours(ops), ops.vendor()
+        ours()
+        theirs()
+        self.sync()
+        ref_rows = max(1, min(M, int(REF_FLOPS_CAP // (2 * N * K))))
+        rel = ops.rel_error(ref_rows)
+        alone_rel = rel
+        fns = {"ours": ours, "theirs": theirs}
+        if alone and alone != kernel:
+            fns["alone"] = self.named(ops, problem, alone)
+            fns["alone"]()
+            self.sync()
+            alone_rel = ops.rel_error(ref_rows)
+        reps = self.args.reps
+        times = {k: [] for k in fns}
+        for _ in range(reps):  # round-robin
+            for k, fn in fns.items():
+                times[k].append(self.timed(fn))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        us, vendor_us = med["ours"], med["theirs"]
+        row = {"kernel": kernel, "us": us, "vendor_us": vendor_us, "ratio": vendor_us / us, "rel_error": rel,
+               "ref_rows": ref_rows}
+        every = None
+        if self.args.every:
+            every = {kernel: us}
+            if alone and alone != kernel:
+                every[alone] = med["alone"]
+            failed = {}
+            names = self.candidates(problem, dtype, [kernel] + ([alone] if alone else []))
+            few = max(5, reps // 3)
+            for kname in names:
+                if kname in every:
+                    continue
+                try:
+                    fn = self.named(ops, problem, kname)
+                    fn()
+                    every[kname] = statistics.median([self.timed(fn) for _ in range(few)])
+                except Exception as err:  # noqa: BLE001
+                    failed[kname] = str(err)[:200]
+            row["every_us"] = dict(sorted(every.items(), key=lambda kv: kv[1]))
+            row["candidates"] = len(names)
+            if failed:
+                row["every_failed"] = failed
+        if alone is None and every:
+            mine = {k: v for k, v in every.items() if not zl.is_vendor(k)}
+            if mine:
+                alone = min(mine, key=mine.get)
+                alone_src = "every (fastest non-vendor measured)"
+                alone_rel = None
+        if alone is None:
+            alone_us = None
+        elif alone == kernel:
+            alone_us = us
+        elif "alone" in med:
+            alone_us = med["alone"]
+        else:
+            alone_us = (every or {}).get(alone)
+        row.update({"alone_kernel": alone, "alone_source": alone_src, "alone_us": alone_us,
+                    "alone_ratio": vendor_us / alone_us if alone_us else None, "alone_rel_error": alone_rel})
+        return row
+
+
+def print_gemm_row(r, elapsed):
+    models = sorted(zg.uses(r))
+    who = models[0] + (f"+{len(models) - 1}" if len(models) > 1 else "")
+    head = f"[{elapsed:6.0f}s] {r['shape']:26s} {who[:20]:20s} {r['dtype']:8s}"
+    if "error" in r:
+        print(f"{head} FAILED: {r['error'][:300]}", flush=True)
+        return
+    fmt = lambda v, s: format("n/a", ">" + s.split(".")[0]) if v is None else format(v, s)  # noqa: E731
+    bw = zg.bandwidth_fraction(r["M"], r["N"], r["K"], r["dtype"], r["us"])
+    flag = " ERROR>limit" if zg.error_flagged(r) else ""
+    alone = "" if r["alone_kernel"] == r["kernel"] else f" alone={r['alone_kernel']}"
+    print(f"{head} {r['us']:9.1f} {r['vendor_us']:9.1f} {r['ratio']:6.2f} {fmt(r['alone_us'], '9.1f')} "
+          f"{fmt(r['alone_ratio'], '6.2f')} {bw:5.2f} {fmt(r['rel_error'], '8.1e')}{flag}  {r['kernel']}{alone}",
+          flush=True)
+
+
+def cmd_gemm_run(args):
+    models = [m for m in args.models.split(",") if m] if args.models else None
+    tokens = {int(v) for v in args.tokens.split(",") if v} if args.tokens else None
+    shapes = load_shapes(args.layers, models, tokens, args.limit, args.start)
+    dtypes = [v for v in args.dtype.split(",") if v]
+    bench = GemmBench(args)
+    vendor_name = "cuBLAS" if args.device == "cuda" else "numpy"
+    print(f"{len(shapes)} shapes from {args.layers}; dtypes {dtypes}, target {bench.target}, vendor option "
+          f"{'yes' if bench.vendor_option else 'no'}, {len(bench.kernels)} gemm kernels, {bench.device_name()}",
+          flush=True)
+    print(f"[elapsed] {'shape':26s} {'models':20s} {'dtype':8s} {'ours us':>9s} {vendor_name + ' us':>9s} "
+          f"{'ratio':>6s} {'alone us':>9s} {'ratio':>6s} {'bw':>5s} {'rel err':>8s}  kernel", flush=True)
+    rows, start, skipped = [], time.time(), 0
+    for i, shape in enumerate(shapes):
+        if args.budget_s and time.time() - start > args.budget_s:
+            skipped = len(shapes) - i
+            print(f"time budget of {args.budget_s} s spent: {skipped} of {len(shapes)} shapes not measured "
+                  f"(the same command with --start {args.start + i} measures them)", flush=True)
+            break
+        for dtype in dtypes:
+            r = bench.measure(shape, dtype)
+            print_gemm_row(r, time.time() - start)
+            rows.append(r)
+        if args.device == "cuda" and i % 20 == 19:
+            bench.torch.cuda.empty_cache()
+    elapsed = time.time() - start
+    print(f"\n{len(shapes) - skipped} shapes, {len(rows)} rows ({sum('error' in r for r in rows)} FAILED) "
+          f"in {elapsed:.0f} s" + (f"; {skipped} shapes skipped by the time budget" if skipped else ""))
+    print(zg.summary_tables(rows, vendor_name))
+    for r in rows:
+        if zg.error_flagged(r):
+            print(f"REL ERROR above the limit: {r['shape']} {r['dtype']} {r['rel_error']:.2e} {r['kernel']}")
+    doc = {"device": bench.device_name(), "target": bench.target, "layers_file": str(args.layers),
+           "vendor": vendor_name, "vendor_option": bench.vendor_option, "reps": args.reps, "every": args.every,
+           "elapsed_s": elapsed, "skipped_shapes": skipped, "rows": rows}
+    if args.device == "cuda":
+        doc["torch"] = bench.torch.__version__
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=None, separators=(",", ":")) + "\n")
+        print(f"rows -> {args.json}")
+    if args.table and args.every:
+        write_table(rows, args.table, bench.target)
+    if args.crossval:
+        if not args.every:
+            print("--crossval needs --every (the measured times of every kernel)")
+        else:
+            run_gemm_crossval(rows, bench.d, vendor=not args.no_vendor)
+
+
+def run_gemm_crossval(rows, d, vendor=True):
+    """Leave-one-model-out on the library `d`, each dtype apart (no timing: the measured
+    --every times): the table's pick, the best compiled kernel, the cost model alone and
+    the run's own picks."""
+    td = import_tiledispatch()
+    from tiledispatch.tile_engine import tuning
+    from tiledispatch.selection import problem_from
+    tmp = Path(tempfile.mkdtemp(prefix="zoo_gemm_crossval_"))
+    saved = {k: os.environ.get(k) for k in ("TILEDISPATCH_TUNING", "TILEDISPATCH_NO_SHIPPED_TUNING")}
+    messages = set()
+
+    def select_all(test, pick_fn):
+        picks = {}
+        for r in test:
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    picks[zg.row_key(r)] = pick_fn(r)
+                messages.update(str(c.message) for c in caught)
+            except Exception as err:  # noqa: BLE001
+                messages.add(f"{r['shape']} {r['dtype']}: {err}")
+        return picks
+
+    def picker(model, train, test):
+        path = tmp / f"tuning_{len(list(tmp.iterdir()))}_{model}.json"  # a new file each: the library reads a file once
+        path.write_text(tuning.dumps(tuning.make_table(zl.table_results(train, vendor), d.target)))
+        os.environ["TILEDISPATCH_TUNING"] = str(path)
+        os.environ["TILEDISPATCH_NO_SHIPPED_TUNING"] = "1"
+        return select_all(test, lambda r: d.select(problem_from(r["problem"])))
+
+    previous = None
+    if not vendor and "vendor" in td.options():
+        previous = td.set_options(vendor=False)
+    run_key = "kernel" if vendor else "alone_kernel"
+    results = {}
+    try:
+        for dtype in sorted({r["dtype"] for r in rows}):
+            sel = [r for r in rows if r["dtype"] == dtype]
+            scores = zg.crossval(sel, picker, vendor=vendor)
+            if not scores or scores["total"]["n"] == 0:
+                continue
+            scored = [r for r in sel if r.get("every_us") and "error" not in r]
+            extra = {
+                "best compiled": zg.score_picks(scored, zg.best_picks(scored, vendor), None, vendor),
+                "cost model alone": zg.crossval(sel, lambda m, tr, te: select_all(
+                    te, lambda r: d.model_select(problem_from(r["problem"]))), vendor=vendor)["total"],
+                "run's picks": zg.crossval(sel, lambda m, tr, te: {zg.row_key(r): r.get(run_key) for r in te},
+                                           vendor=vendor)["total"],
+            }
+            results[dtype] = {"scores": scores, **extra}
+            print(f"\n== crossval {dtype}: each model's shapes picked by a table of the other models' shapes "
+                  f"({'vendor kernels included' if vendor else 'ours alone: vendor kernels out'})")
+            print(zg.CROSSVAL_HEAD)
+            for m, s in scores.items():
+                print(zg.crossval_line(m if m != "total" else "total, table's pick", s))
+            print("-- the same rows: the best compiled kernel, the cost model alone (no table), and the run's own "
+                  "picks (shipped table, which may hold these very shapes):")
+            for label, s in extra.items():
+                print(zg.crossval_line(f"total, {label}", s))
+    finally:
+        if previous is not None:
+            td.set_options(vendor=previous["vendor"])
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    for msg in sorted(messages)[:20]:
+        print(f"  message: {msg}")
+    return results
+
+
+def cmd_gemm_table(args):
+    doc, rows = load_rows(args.results, zg.row_key)
+    if args.exclude_model:
+        rows, _ = zg.crossval_split(rows, args.exclude_model)
+    rows = [r for r in rows if "error" not in r]
+    if not any(r.get("every_us") for r in rows):
+        sys.exit(f"{args.results}: no --every times in its rows")
+    write_table(rows, args.out, args.target or doc.get("target", "sm_90a"), vendor=not args.no_vendor)
+
+
+def cmd_gemm_crossval(args):
+    td = import_tiledispatch()
+    doc, rows = load_rows(args.results, zg.row_key)
+    target = args.target or doc.get("target")
+    if target is None:
+        from tiledispatch._cuda import device_targets
+        target = next((t for t in device_targets() if t in td.registry().targets), None)
+    run_gemm_crossval(rows, td.Dispatcher("gemm", target), vendor=not args.no_vendor)
+
+
+def gemm_parser():
+    ap = argparse.ArgumentParser(description=GEMM_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--op", choices=OPS, default="gemm")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("enumerate", help="the shape list from the model configurations (pure Python)")
+    e.add_argument("--configs", default=str(DEFAULT_GEMM_CONFIGS))
+    e.add_argument("--tokens", help=f"comma-separated (default: {','.join(map(str, zg.TOKENS))})")
+    e.add_argument("--out", default=str(DEFAULT_GEMM_LAYERS))
+    r = sub.add_parser("run", help="ours vs the vendor on every shape (GPU; --device cpu: a smoke run)",
+                       description=GEMM_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--layers", default=str(DEFAULT_GEMM_LAYERS))
+    r.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    r.add_argument("--dtype", default=None, help="comma-separated: bf16, fp16, fp8_e4m3 (default: all three; cpu: fp32)")
+    r.add_argument("--reps", type=int, default=20)
+    r.add_argument("--every", action="store_true", help="also time every compiled kernel that takes the shape")
+    r.add_argument("--max-candidates", type=int, default=24, help="with --every: at most this many kernels a shape (0: all)")
+    r.add_argument("--json", help="write every row here")
+    r.add_argument("--models", help="comma-separated: only the shapes these models use")
+    r.add_argument("--tokens", help="comma-separated: only the shapes used at these token counts")
+    r.add_argument("--limit", type=int, help="the first N shapes of the (shuffled) order")
+    r.add_argument("--start", type=int, default=0, help="skip the first N shapes of the order (continue a run cut by --budget-s)")
+    r.add_argument("--budget-s", type=float, default=0, help="stop starting new shapes after this many seconds")
+    r.add_argument("--target", help="the library's target (default: the GPU's; cpu with --device cpu)")
+    r.add_argument("--table", help="with --every: write the tuning table of the run here")
+    r.add_argument("--crossval", action="store_true", help="with --every: leave-one-model-out at the end")
+    r.add_argument("--no-vendor", action="store_true", help="--crossval for ours alone")
+    t = sub.add_parser("table", help="a tuning table from a --every run's JSON")
+    t.add_argument("results", nargs="+", help="one or more run --every --json files")
+    t.add_argument("--out", default="tuning.json")
+    t.add_argument("--exclude-model", help="leave out every shape this model uses")
+    t.add_argument("--target", help="default: the run's")
+    t.add_argument("--no-vendor", action="store_true", help="leave the vendor kernels out")
+    x = sub.add_parser("crossval", help="leave-one-model-out scores of the tables (the library, no timing)")
+    x.add_argument("results", nargs="+", help="one or more run --every --json files")
+    x.add_argument("--target", help="default: the run's")
+    x.add_argument("--no-vendor", action="store_true",
+                   help="ours alone: vendor kernels out of the tables, the selection (td.set_options) and the scores")
+    return ap
+
+
+GEMM_DOC = """The LLM GEMM zoo: the GEMMs of the decoder blocks (qkv, o, gate_up, down) and lm_head of
+LLMs, from their configurations (bench/zoo/llm_configs.json), at 1 to 8192 tokens, deduped
+(bench/zoo/gemm_layers.json), against cuBLAS (torch.matmul(x, w.t()); fp8: torch._scaled_mm,
+per-tensor scales, bf16 output) in the same process. bench/zoo_llm.py holds the logic.
+
+    python3 bench/zoo.py --op gemm enumerate [--configs F] [--tokens 1,8,...] [--out F]   # pure Python
+    python3 bench/zoo.py --op gemm run [--dtype bf16,fp16,fp8_e4m3] [--reps 20] [--every]
+        [--max-candidates 24] [--json OUT] [--models a,b] [--tokens 1,8] [--limit N]
+        [--budget-s S] [--start N] [--table tuning.json] [--crossval] [--no-vendor]
+    python3 bench/zoo.py --op gemm run --device cpu --dtype fp32 --layers SMALL.json   # a smoke run
+    python3 bench/zoo.py --op gemm table RESULTS.json [--out tuning.json] [--exclude-model M]
+    python3 bench/zoo.py --op gemm crossval RESULTS.json [--no-vendor]
+
+run: per unique shape (in a fixed shuffled order, so that --budget-s or --limit cut a sample)
+and dtype: ours (td.gemm on the tensors, the library's pick, d.select names it), the vendor,
+ours alone (td.set_options(vendor=False): the cublaslt family out) timed round-robin (CUDA
+events, L2 flushed, medians); the pick's output against float64 on the same inputs (the
+first rows where the reference would be slow). --every also times every compiled rcr
+kernel of the dtype that takes the shape (the tuning-table data). ratio = the vendor's time
+over ours (> 1: ours faster). Summaries per dtype by token range, layer and model (summed
+time over the uses' counts: one forward pass), and the achieved bandwidth of the shapes of
+M <= 64 against 4.27 TB/s.
+
+crossval: for each model, a table of the --every rows of every shape the model does not
+use, read by the library alone (TILEDISPATCH_TUNING, TILEDISPATCH_NO_SHIPPED_TUNING=1); its
+pick for each of the model's shapes scored by the measured times (within 5% / 3% of the
+best compiled kernel, best / pick, the ratio to the vendor), with the best compiled kernel,
+the cost model alone and the run's own picks on the same rows.
+"""
+
+
 # ============================================================== command line
 
-def main(argv=None):
+OPS = ("conv", "gemm")
+
+
+def conv_parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--op", choices=OPS, default="conv",
+                    help="conv: the timm convolutions (default); gemm: the LLM GEMMs (zoo.py --op gemm --help)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("enumerate", help="the layer list from the models (CPU, torch + timm)")
     e.add_argument("--models", help=f"comma-separated (default: {','.join(zl.DEFAULT_MODELS)})")
@@ -634,7 +1150,23 @@ def main(argv=None):
     x.add_argument("--target")
     x.add_argument("--no-vendor", action="store_true",
                    help="ours alone: vendor kernels out of the tables, the selection (td.set_options) and the scores")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    # --op (anywhere on the line) picks the command set: conv's verbs, or gemm's
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--op", choices=OPS, default="conv")
+    known, rest = pre.parse_known_args(argv)
+    op = known.op
+    if op == "gemm":
+        args = gemm_parser().parse_args(rest)
+        if args.cmd == "run" and args.dtype is None:
+            args.dtype = "fp32" if args.device == "cpu" else ",".join(zg.DTYPES)
+        {"enumerate": cmd_gemm_enumerate, "run": cmd_gemm_run, "table": cmd_gemm_table,
+         "crossval": cmd_gemm_crossval}[args.cmd](args)
+        return
+    args = conv_parser().parse_args(rest)
     {"enumerate": cmd_enumerate, "conv": cmd_conv, "table": cmd_table, "crossval": cmd_crossval}[args.cmd](args)
 
 

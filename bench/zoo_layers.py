@@ -277,17 +277,18 @@ def percentile(values, q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-def summarize(rows, us_key: str = "us", ratio_key: str = "ratio", weights=None) -> dict:
+def summarize(rows, us_key: str = "us", ratio_key: str = "ratio", weights=None, vendor_key: str = "cudnn_us") -> dict:
     """Over result rows: geomean / min / 10th percentile of the ratio (cuDNN time / ours),
     how many below 1x, 0.9x, 0.5x, and the summed-time ratio sum(cuDNN) / sum(ours) (each row
     weighted by weights[i] there, e.g. the layer's count in a model; every other number is
-    over distinct rows). Rows without the ratio (failed, or no ours-alone) count as failed."""
+    over distinct rows). Rows without the ratio (failed, or no ours-alone) count as failed.
+    vendor_key: the row's field of the vendor's time (the GEMM zoo's is vendor_us)."""
     rows = list(rows)
     weights = list(weights) if weights is not None else [1] * len(rows)
     ok = [(r, w) for r, w in zip(rows, weights) if r.get(ratio_key) is not None and r.get(us_key)]
     ratios = [r[ratio_key] for r, _ in ok]
     ours = sum(w * r[us_key] for r, w in ok)
-    theirs = sum(w * r["cudnn_us"] for r, w in ok)
+    theirs = sum(w * r[vendor_key] for r, w in ok)
     return {"n": len(ok), "failed": len(rows) - len(ok), "geomean": geomean(ratios),
             "min": min(ratios) if ratios else float("nan"), "p10": percentile(ratios, 10),
             "below_1": sum(v < 1 for v in ratios), "below_0.9": sum(v < 0.9 for v in ratios),
