@@ -31,7 +31,6 @@ import statistics
 import sys
 import threading
 import time
-import warnings
 
 from . import _picklog, _tunecache, selection
 from ._options import options
@@ -257,9 +256,7 @@ def _tables_speak(d, problem, k: str) -> bool:
     with _lock:
         known = _tables.get((k, env))
     if known is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the run that follows reports the tables' messages
-            known = d.tuned(problem) is not None
+        known = d.tuned(problem) is not None  # the tables' messages, if any, come as warnings here
         with _lock:
             _tables[(k, env)] = known
     return known
@@ -343,10 +340,8 @@ def _name(kernel) -> str:
 
 def _log_library_pick(d, problem) -> None:
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the run reports the tables' messages
-            picked = d.select(problem)
-            tuned = d.tuned(problem)
+        picked = d.select(problem)
+        tuned = d.tuned(problem)
     except TileDispatchError:
         return  # no kernel supports it: the run says so
     _picklog.log_pick(d.op, d.target, problem, picked, "table" if tuned == picked else "cost model")
