@@ -91,6 +91,17 @@ def test_a_repeated_shape_runs_the_measured_best_kernel_from_its_second_call(run
     assert f"{record['tuning_ms']:.1f} ms tuning)" in picks[0]
 
 
+def test_a_problem_with_one_candidate_is_not_timed(runs):
+    x, w = np.ones((1, 8, 8, 8), np.float32), np.ones((8, 3, 3, 8), np.float32)
+    conv = td.ConvProblem(1, 1, 8, 8, (8, 8), (3, 3), 1, 1, 1, "fwd", "fp32")
+    only, = _autotune.candidates(td.Dispatcher("conv"), conv)
+    with td.autotune():
+        y = td.conv(x, w, padding=1)
+    assert runs == [only] and y[0, 4, 4, 0] == 72.0
+    record, = td.autotune_stats()["problems"]
+    assert record["kernel"] == only and record["runs"] == 0 and record["candidates"] == 1
+
+
 def test_autotuning_is_off_by_default_and_in_other_threads(runs):
     a, b = operands()
     td.gemm(a, b)

@@ -13,7 +13,8 @@ model's order; each runs once to warm up, then REPEAT timed runs (the median cou
 library's timer: CUDA events on a GPU, each run after zeroing a scratch buffer twice the size
 of L2). The output array is the scratch the candidates write; the real run follows. The
 budget bounds the tuning: no run starts once the time spent plus the last run's time would
-pass it, except that the cost model's first candidate always gets one timed run.
+pass it, except that the cost model's first candidate always gets one timed run. A problem
+with one candidate takes it untimed.
 
 Never tuned: during CUDA-graph capture (torch or cupy; a known winner is still used, else the
 library's pick), or while torch.are_deterministic_algorithms_enabled() (the library's pick,
@@ -94,9 +95,9 @@ def active() -> bool:
 
 
 def mode() -> int:
-    """0 where autotuning is off in this thread, else the generation of the winners (part of
-    the fast path's cache key, so that its entries follow the winners)."""
-    return _generation[0] if active() else 0
+    """0 where autotuning is off in this thread (or determinism is asked), else the generation
+    of the winners: part of the fast path's cache key, so that its entries follow the picks."""
+    return _generation[0] if active() and not deterministic() else 0
 
 
 def budget_ms() -> float:
@@ -281,7 +282,10 @@ def _tune(d, problem, tensors, k: str):
     if not names:
         return None
     budget = budget_ms()
-    result = measure(d, problem, tensors, names, budget, started=started)
+    if len(names) == 1:  # nothing to compare
+        result = Measured({}, 0, 0, 0.0)
+    else:
+        result = measure(d, problem, tensors, names, budget, started=started)
     tuning_ms = (time.perf_counter() - started) * 1e3
     kernel = min(result.timings_ms, key=result.timings_ms.get) if result.timings_ms else names[0]
     record = {"op": d.op, "target": d.target, "problem": selection.problem_spec(problem), "kernel": kernel,

@@ -24,6 +24,7 @@ from .errors import TileDispatchError, UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
 from .tile_engine import tuning
 from .tile_engine.bench import run_bench, write_tuning
+from .tile_engine.worker import _device_copy
 
 
 def _select(d: Dispatcher, problem) -> str:
@@ -194,6 +195,20 @@ def _random_tensors(problem, rng) -> tuple:
                  for i, shape in enumerate(shapes))
 
 
+def _on_device(tensors: tuple, target: str) -> tuple:
+    """On a GPU target, the operands as torch GPU tensors where torch sees a GPU (timed as
+    autotuning times them: L2 flushed, CUDA events); else numpy arrays (the host path)."""
+    if target == "cpu":
+        return tensors
+    try:
+        import torch
+    except ImportError:
+        return tensors
+    if not torch.cuda.is_available():
+        return tensors
+    return tuple(_device_copy(torch, t) for t in tensors)
+
+
 def cmd_tune_log(args) -> dict:
     """`tune --from-log`: every distinct problem of a TILEDISPATCH_RECORD log timed on every
     kernel that supports it (random inputs, through Dispatcher.run), into a tuning table."""
@@ -218,7 +233,7 @@ def cmd_tune_log(args) -> dict:
             skipped.append({"problem": spec, "reason": f"no {target} kernel supports it"})
             continue
         _check_elements(*((n,) for n in problem.required_elements()))
-        measured = _autotune.measure(d, problem, _random_tensors(problem, rng), names,
+        measured = _autotune.measure(d, problem, _on_device(_random_tensors(problem, rng), target), names,
                                      args.budget_ms if args.budget_ms is not None else math.inf, args.repeat)
         spec = selection.problem_spec(problem)
         results += [{"problem": spec, "kernel": name, "latency_ms": ms, "status": "OK"}
