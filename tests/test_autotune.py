@@ -354,6 +354,18 @@ def test_a_table_measured_on_another_device_is_skipped_with_one_warning(tmp_path
     assert d.tuned(RCR) == kernel
 
 
+def test_a_problem_the_tables_speak_for_is_not_tuned(tmp_path, monkeypatch, runs):
+    kernel = _autotune.candidates(td.Dispatcher("gemm"), RCR)[-1]
+    table = tmp_path / "t.json"
+    table.write_text(table_text(_fingerprint.header("cpu"), kernel))
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(table))
+    with td.autotune():
+        td.gemm(*operands())
+    assert runs == [None] and td.autotune_stats()["problems_tuned"] == 0
+    assert td.Dispatcher("gemm").select(RCR) == kernel
+
+
 def test_the_shipped_table_says_it_was_measured_on_an_h200():
     from conftest import ROOT
     head = json.loads((ROOT / "tuning" / "tuning_sm_90a.json").read_text())["header"]

@@ -24,6 +24,7 @@ library's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -35,6 +36,7 @@ import time
 
 from . import _picklog, _tunecache, selection
 from ._options import options
+from ._registry import registry
 from .arrays import is_device_array, is_torch
 from .errors import InvalidArgumentError, TileDispatchError
 from .problems import GemmProblem
@@ -230,15 +232,16 @@ def measure(d, problem, tensors, names, budget: float = math.inf, repeat: int = 
 
 # ---- keys, tables, the cache ------------------------------------------------------------
 
-def _kernel_set(d) -> str:
-    names = "\n".join(sorted(k.name for k in d.kernels))
+@functools.lru_cache(maxsize=None)
+def _kernel_set(op: str, target: str) -> str:
+    names = "\n".join(sorted(k.name for k in registry().kernels(op, target)))
     return hashlib.sha256(names.encode()).hexdigest()[:16]
 
 
 def key(d, problem) -> str:
     """The cache key: the problem's spec, target and kernel set (and non-packed leading
     dimensions, a conv's split_k: they change which kernels apply)."""
-    parts = {"target": d.target, "problem": selection.problem_spec(problem), "kernels": _kernel_set(d)}
+    parts = {"target": d.target, "problem": selection.problem_spec(problem), "kernels": _kernel_set(d.op, d.target)}
     if isinstance(problem, GemmProblem):
         lay = problem.layout
         packed = (problem.K if lay.a_row else problem.M, problem.N if lay.b_row else problem.K, problem.N)
@@ -308,12 +311,12 @@ def winner(d, problem, tensors):
     """(Winner or None, settled): the autotuned kernel for the problem; settled False where
     tuning was put off (CUDA-graph capture): the next call tries again."""
     k = key(d, problem)
+    if _tables_speak(d, problem, k):
+        return None, True
     with _lock:
         known = _winners.get(k)
     if known is not None:
         return known, True
-    if _tables_speak(d, problem, k):
-        return None, True
     cached = _from_cache(d, problem, k)
     if cached is not None:
         with _lock:
