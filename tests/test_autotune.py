@@ -91,6 +91,32 @@ def test_a_repeated_shape_runs_the_measured_best_kernel_from_its_second_call(run
     assert f"{record['tuning_ms']:.1f} ms tuning)" in picks[0]
 
 
+def test_the_torch_fast_path_pick_waits_out_a_graph_capture_then_keeps_the_winner(monkeypatch, runs):
+    """api._torch_fast's per-metadata pick (FastPick), driven here with host arrays on cpu: a
+    capture puts tuning off (the library's pick, asked again next call); then the winner is
+    measured once and kept. mode(), part of the fast path's key, follows autotuning."""
+    a, b = operands()
+    out = np.empty((M, N), np.float32)
+    d = td.Dispatcher("gemm")
+    assert _autotune.mode() == 0
+    off = _autotune.FastPick(d, RCR, None)
+    assert off.resolve(a, b, out) is None and off.ready
+    pick = _autotune.FastPick(d, RCR, None)
+    with td.autotune():
+        on = _autotune.mode()
+        assert on != 0
+        capturing = _autotune.capturing
+        monkeypatch.setattr(_autotune, "capturing", lambda target: True)
+        assert pick.resolve(a, b, out) is None and not pick.ready and runs == []
+        monkeypatch.setattr(_autotune, "capturing", capturing)
+        kernel = pick.resolve(a, b, out)
+    record, = td.autotune_stats()["problems"]
+    assert pick.ready and kernel == record["kernel"].encode() and len(runs) == 16
+    _autotune.reset()
+    with td.autotune():
+        assert _autotune.mode() not in (0, on)  # the fast path's entries of older winners retire
+
+
 def test_a_problem_with_one_candidate_is_not_timed(runs):
     x, w = np.ones((1, 8, 8, 8), np.float32), np.ones((8, 3, 3, 8), np.float32)
     conv = td.ConvProblem(1, 1, 8, 8, (8, 8), (3, 3), 1, 1, 1, "fwd", "fp32")
