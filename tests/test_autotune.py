@@ -378,6 +378,17 @@ def test_a_table_measured_on_another_device_is_skipped_with_one_warning(tmp_path
     plain.write_text(table_text(None, kernel).replace('"header": null, ', ""))
     monkeypatch.setenv("TILEDISPATCH_TUNING", str(plain))
     assert d.tuned(RCR) == kernel
+    # a C caller that never names its device: no check (the tables are read again after the call)
+    lib = d.lib
+    assert lib.td_tuning_set_device(b"[1]") == -1 and "not a JSON object" in lib.last_error()
+    try:
+        assert lib.td_tuning_set_device(b"") == 0
+        monkeypatch.setenv("TILEDISPATCH_TUNING", str(foreign))
+        assert d.tuned(RCR) == kernel
+    finally:
+        assert lib.td_tuning_set_device(json.dumps(_fingerprint.identity("cpu")).encode()) == 0
+    with pytest.warns(RuntimeWarning, match="Imaginary CPU 9000"):
+        assert d.tuned(RCR) is None
 
 
 def test_a_problem_the_tables_speak_for_is_not_tuned(tmp_path, monkeypatch, runs):
