@@ -2,6 +2,7 @@
 #include "tuning.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -389,6 +390,7 @@ struct Store {
     std::set<std::string> reported_missing;
     std::vector<std::string> messages;
     Json device;  // this process's device (td_tuning_set_device); null: not set, no check
+    std::atomic<unsigned> device_changes{0};  // td_tuning_set_device calls: part of selection's cache key
 };
 
 Store& store() {
@@ -861,6 +863,8 @@ void append_environment(std::string* key) {
         if (value) key->append(value);
         key->push_back('\0');
     }
+    const unsigned changes = store().device_changes.load(std::memory_order_relaxed);  // tables read again
+    key->append(reinterpret_cast<const char*>(&changes), sizeof changes);
 }
 
 void note(const std::string& message) {
@@ -938,6 +942,7 @@ extern "C" TD_API int td_tuning_set_device(const char* identity) {
         td::tuning::store().device = std::move(device);
         td::tuning::store().tables.clear();  // read again, checked against this device
         td::tuning::store().reported_missing.clear();
+        td::tuning::store().device_changes.fetch_add(1);
         return TD_OK;
     } catch (...) {
         return td::fail(TD_ERROR, "td_tuning_set_device: out of host memory");

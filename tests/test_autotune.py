@@ -384,7 +384,7 @@ def test_a_table_measured_on_another_device_is_skipped_with_one_warning(tmp_path
     try:
         assert lib.td_tuning_set_device(b"") == 0
         monkeypatch.setenv("TILEDISPATCH_TUNING", str(foreign))
-        assert d.tuned(RCR) == kernel
+        assert d.tuned(RCR) == kernel and d.select(RCR) == kernel  # the selection cache asks again
     finally:
         assert lib.td_tuning_set_device(json.dumps(_fingerprint.identity("cpu")).encode()) == 0
     with pytest.warns(RuntimeWarning, match="Imaginary CPU 9000"):
