@@ -59,7 +59,7 @@ _records: list = []
 
 @dataclasses.dataclass
 class Winner:
-    kernel: str
+    kernel: str | None     # None: every candidate failed when timed; the library picks
     source: str            # "autotune" (measured here) or "autotune cache"
     tuning_ms: float = 0.0
 
@@ -290,7 +290,10 @@ def _tune(d, problem, tensors, k: str):
     else:
         result = measure(d, problem, tensors, names, budget, started=started)
     tuning_ms = (time.perf_counter() - started) * 1e3
-    kernel = min(result.timings_ms, key=result.timings_ms.get) if result.timings_ms else names[0]
+    if result.timings_ms:
+        kernel = min(result.timings_ms, key=result.timings_ms.get)
+    else:  # one candidate, untimed; or every one failed when run: the library's pick
+        kernel = names[0] if len(names) == 1 else None
     record = {"op": d.op, "target": d.target, "problem": selection.problem_spec(problem), "kernel": kernel,
               "source": "autotune", "tuning_ms": round(tuning_ms, 3), "budget_ms": budget,
               "candidates": len(names), "tried": result.tried, "runs": result.runs,
@@ -368,7 +371,7 @@ def resolve(d, problem, tensors, kernel=None):
     settled = True
     if active() and not deterministic():
         won, settled = winner(d, problem, tensors)
-        if won is not None:
+        if won is not None and won.kernel is not None:
             if log:
                 _picklog.log_pick(d.op, d.target, problem, won.kernel, won.source,
                                   won.tuning_ms if won.source == "autotune" else None)
