@@ -222,6 +222,19 @@ def test_winners_persist_across_processes(tmp_path):
     assert "warning" not in err2.lower()
 
 
+def test_cache_writes_merge_what_is_on_disk_and_leave_no_temporary_file():
+    assert _tunecache.store("cpu", "one", {"kernel": "a"})
+    path = _tunecache.cache_path("cpu")
+    data = json.loads(path.read_text())
+    data["entries"]["written by another process"] = {"kernel": "b"}
+    path.write_text(json.dumps(data))
+    assert _tunecache.store("cpu", "two", {"kernel": "c"})
+    assert json.loads(path.read_text())["entries"] == {"one": {"kernel": "a"}, "two": {"kernel": "c"},
+                                                       "written by another process": {"kernel": "b"}}
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    assert _tunecache.load("cpu")["two"] == {"kernel": "c"}
+
+
 def cache_text(header: dict, kernel: str) -> str:
     d = td.Dispatcher("gemm")
     return json.dumps({"schema_version": 1, "header": header,
