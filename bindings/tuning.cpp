@@ -2,6 +2,7 @@
 #include "tuning.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -381,6 +382,69 @@ bool read_entry(const Json& e, Entry* out, std::string* why) {
     return true;
 }
 
+// Tables by path, read once (nullptr: ignored); the tables already reported as naming
+// kernels this library lacks.
+struct Store {
+    std::mutex lock;
+    std::map<std::string, std::shared_ptr<const Table>> tables;
+    std::set<std::string> reported_missing;
+    std::vector<std::string> messages;
+    Json device;  // this process's device (td_tuning_set_device); null: not set, no check
+    std::atomic<unsigned> device_changes{0};  // td_tuning_set_device calls: part of selection's cache key
+};
+
+Store& store() {
+    static Store* s = new Store;  // never destroyed: selection may run while the process exits
+    return *s;
+}
+
+// A header's value as text: a string as it is, a whole number without a fraction.
+std::string shown(const Json& v) {
+    if (v.type == Json::Type::string) return v.text;
+    if (v.type != Json::Type::number) return "?";
+    std::ostringstream out;
+    out << v.number;
+    return out.str();
+}
+
+// The device a header or an identity describes: "NVIDIA H200 (sm_count 132)".
+std::string describe_device(const Json& fields, const Json& keys) {
+    std::string name, rest;
+    for (const auto& member : keys.members) {
+        const Json* v = fields.get(member.first.c_str());
+        if (!v) continue;
+        if (member.first == "device") name = shown(*v);
+        else rest += (rest.empty() ? "" : ", ") + member.first + " " + shown(*v);
+    }
+    if (name.empty()) name = "an unnamed device";
+    return rest.empty() ? name : name + " (" + rest + ")";
+}
+
+// Where a table's header names another device than this process's (the device fields
+// td_tuning_set_device gave, compared where the header has them): "measured on X, this
+// device is Y"; "" where it matches, has no header or no device was set. The other header
+// fields (build, CUDA and driver versions) are not compared: the library checks the names
+// a table lists against its own kernels.
+std::string other_device(const Json* header) {
+    Json mine;
+    {
+        std::lock_guard<std::mutex> guard(store().lock);
+        mine = store().device;
+    }
+    if (!header || header->type != Json::Type::object || mine.type != Json::Type::object) return "";
+    bool differs = false;
+    for (const auto& member : mine.members) {
+        const Json* theirs = header->get(member.first.c_str());
+        if (!theirs) continue;
+        const Json& ours = member.second;
+        if (theirs->type != ours.type || (ours.type == Json::Type::string && theirs->text != ours.text) ||
+            (ours.type == Json::Type::number && theirs->number != ours.number))
+            differs = true;
+    }
+    if (!differs) return "";
+    return "measured on " + describe_device(*header, mine) + ", this device is " + describe_device(mine, mine);
+}
+
 // The table at path, or nullptr (with a message) where it is ignored.
 std::shared_ptr<const Table> read_table(const std::string& path, const char* target) {
     const std::string ignored = "tuning table " + path + " ignored: ";
@@ -435,6 +499,11 @@ std::shared_ptr<const Table> read_table(const std::string& path, const char* tar
         note(ignored + "measured for target " + measured->text + ", this library is for " + target);
         return nullptr;
     }
+    const std::string other = other_device(doc.get("header"));
+    if (!other.empty()) {
+        note(ignored + other);
+        return nullptr;
+    }
     auto table = std::make_shared<Table>();
     table->path = path;
     const Json* entries = doc.get("entries");
@@ -455,20 +524,6 @@ std::shared_ptr<const Table> read_table(const std::string& path, const char* tar
         }
     }
     return table;
-}
-
-// Tables by path, read once (nullptr: ignored); the tables already reported as naming
-// kernels this library lacks.
-struct Store {
-    std::mutex lock;
-    std::map<std::string, std::shared_ptr<const Table>> tables;
-    std::set<std::string> reported_missing;
-    std::vector<std::string> messages;
-};
-
-Store& store() {
-    static Store* s = new Store;  // never destroyed: selection may run while the process exits
-    return *s;
 }
 
 std::shared_ptr<const Table> load(const std::string& path, const char* target) {
@@ -808,6 +863,8 @@ void append_environment(std::string* key) {
         if (value) key->append(value);
         key->push_back('\0');
     }
+    const unsigned changes = store().device_changes.load(std::memory_order_relaxed);  // tables read again
+    key->append(reinterpret_cast<const char*>(&changes), sizeof changes);
 }
 
 void note(const std::string& message) {
@@ -862,6 +919,35 @@ long pick(const char* target, const char* op, const TableProblem& query, Candida
 
 }  // namespace tuning
 }  // namespace td
+
+namespace td {
+int fail(int status, const std::string& message);  // common.cpp
+void clear_error();
+}  // namespace td
+
+extern "C" TD_API int td_tuning_set_device(const char* identity) {
+    try {
+        td::clear_error();
+        td::tuning::Json device;
+        if (identity && *identity) {
+            td::tuning::JsonReader reader(identity, identity + std::strlen(identity));
+            if (!reader.read(&device) || device.type != td::tuning::Json::Type::object)
+                return td::fail(TD_ERROR, "td_tuning_set_device: not a JSON object: " + reader.error());
+            for (const auto& member : device.members)
+                if (member.second.type != td::tuning::Json::Type::string &&
+                    member.second.type != td::tuning::Json::Type::number)
+                    return td::fail(TD_ERROR, "td_tuning_set_device: " + member.first + " is not a string or number");
+        }
+        std::lock_guard<std::mutex> guard(td::tuning::store().lock);
+        td::tuning::store().device = std::move(device);
+        td::tuning::store().tables.clear();  // read again, checked against this device
+        td::tuning::store().reported_missing.clear();
+        td::tuning::store().device_changes.fetch_add(1);
+        return TD_OK;
+    } catch (...) {
+        return td::fail(TD_ERROR, "td_tuning_set_device: out of host memory");
+    }
+}
 
 extern "C" TD_API const char* td_tuning_messages(void) {
     static thread_local std::string taken;

@@ -6,7 +6,12 @@
 // environment sets TILEDISPATCH_NO_SHIPPED_TUNING=1), then every file named in
 // TILEDISPATCH_TUNING (':'-separated; ';' on Windows). The environment is read at selection
 // time; each file is read once. A table that does not parse, has another schema or was
-// measured for another target is ignored, with a message (td_tuning_messages).
+// measured for another target is ignored, with a message (td_tuning_messages). So is a
+// table whose "header" object names another device than the one td_tuning_set_device gave
+// (its keys, e.g. "device" and "sm_count", compared where the header has them; the message
+// names the file and both devices). The header's other fields (build hash, CUDA and driver
+// versions) are a record only: the kernel names a table lists are checked against this
+// library's kernels, so a table stays valid across rebuilds of the same kernels.
 //
 // The pick (`pick`). Entries of the query's kind (gemm: dtype, layout; conv: dtype,
 // direction, spatial rank) are compared by distance = sum of |log| ratios of the sizes

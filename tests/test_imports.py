@@ -10,7 +10,8 @@ PACKAGE = ROOT / "python" / "tiledispatch"
 OPTIONAL = {"torch", "cupy", "numba", "matplotlib", "ray"}
 RUNTIME = {"tiledispatch", "tiledispatch._cuda", "tiledispatch._ffi", "tiledispatch._registry", "tiledispatch.api",
            "tiledispatch.arrays", "tiledispatch.dispatcher", "tiledispatch.errors", "tiledispatch.problems",
-           "tiledispatch.reference", "tiledispatch.selection", "tiledispatch._options"}
+           "tiledispatch.reference", "tiledispatch.selection", "tiledispatch._options", "tiledispatch._autotune",
+           "tiledispatch._fingerprint", "tiledispatch._picklog", "tiledispatch._tunecache"}
 
 
 def module_name(path: Path) -> str:

@@ -6,6 +6,7 @@ import ctypes
 import functools
 import json
 import math
+import os
 import shutil
 import sys
 import warnings
@@ -544,7 +545,9 @@ def test_cli_bench_and_tune(swept, tmp_path):
                            "--out", str(tmp_path / "t.json")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "2 problems for target cpu" in proc.stdout
-    assert json.loads((tmp_path / "t.json").read_text())["entries"]
+    table = json.loads((tmp_path / "t.json").read_text())
+    assert table["entries"] and table["header"]["target"] == "cpu" and table["header"]["cores"] == os.cpu_count()
+    assert table["header"] == json.loads((out / "results.json").read_text())["header"]
     bad = write(tmp_path, "bad.yaml", SWEEP.replace("dtype: fp32", "dtype: fp64"))
     proc = subprocess.run([sys.executable, "-m", "tiledispatch", "bench", "--sweep", str(bad), "--problems",
                            str(bad), "--target", "cpu"], capture_output=True, text=True)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import sys
 import threading
 from importlib import resources
 
 from .codegen import ABI_VERSION, abi
 from .errors import UNSUPPORTED, TileDispatchError, library_load_message, raise_for
+from ._fingerprint import identity
 from ._registry import kernels_dir, registry, with_library_contents
 
 c_i64, c_i32, c_int, c_char_p, c_void_p, c_size_t, c_float, c_double = (
@@ -34,6 +36,7 @@ _COMMON = {
     "td_library_op": ([], c_char_p),
     "td_last_error": ([], c_char_p),
     "td_tuning_messages": ([], c_char_p),
+    "td_tuning_set_device": ([c_char_p], c_int),
     "td_get_options": ([_P(TdOptions)], c_int),
     "td_set_options": ([_P(TdOptions)], c_int),
 }
@@ -150,6 +153,8 @@ def _load(op: str, target: str) -> Library:
                 raise TileDispatchError(library_load_message(path, err, ABI_VERSION)) from None
             if _options is not None:
                 lib.check(lib.td_set_options(ctypes.byref(_options)))
+            # the tuning tables' header check: a table measured on another device is ignored
+            lib.check(lib.td_tuning_set_device(json.dumps(identity(target)).encode()))
             _loaded.append(lib)
             return lib
 

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from . import _ffi, selection
+from . import _autotune, _ffi, selection
 from ._registry import registry
 from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype,
                      torch_dtype)
@@ -137,6 +137,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target):
     if dc.overlaps(da) or dc.overlaps(db):
         raise InvalidArgumentError("out overlaps an input: in-place is not supported, pass a separate out array")
     problem = GemmProblem(M, N, K, dtype, lay, oa[1], ob[1], oc[1], alpha)
+    kernel = _autotune.kernel_for(d, problem, (a, b, out), kernel)
     d.run(problem, da.ptr, db.ptr, dc.ptr, kernel=kernel, stream=da.stream(), timed=False)
     return out
 
@@ -164,7 +165,8 @@ def _torch_fast(a, b, out, alpha):
     (td_gemm_launch with no kernel name: the library selects, its rank cache answering a
     problem it has ranked under the same tuning environment). None when the path does not
     apply (the general path then runs). The key is flat (nested tuples hash slower)."""
-    key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), a.get_device(), b.get_device(), alpha)
+    key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), a.get_device(), b.get_device(), alpha,
+           _autotune.mode())  # autotuning on: its winners' entries apart
     if out is not None:
         key += (out.dtype, out.shape, out.stride(), out.get_device())
     entry = _FAST.get(key)
@@ -175,10 +177,11 @@ def _torch_fast(a, b, out, alpha):
         entry = _FAST[key] = _fast_entry(a, b, out, alpha) or False
     if entry is False:
         return None
-    problem, shape, out_dtype, launch, raw_stream, check, dev, lib, _struct = entry
+    problem, shape, out_dtype, launch, raw_stream, check, dev, lib, pick = entry
     if out is None:  # new_empty: on a's device, and without dtype faster than torch.empty
         out = a.new_empty(shape) if out_dtype is None else a.new_empty(shape, dtype=out_dtype)
-    status = launch(problem, None, a.data_ptr(), b.data_ptr(), out.data_ptr(), raw_stream(dev))
+    kernel = pick.kernel if pick.ready else pick.resolve(a, b, out)  # autotune, pick log, record
+    status = launch(problem, kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), raw_stream(dev))
     if fresh:  # the first call of this metadata: the library's messages about the tuning tables
         selection.warn_messages(lib, stacklevel=4)
     if status:
@@ -214,8 +217,9 @@ def _fast_entry(a, b, out, alpha):
     d = dispatcher("gemm", _device_target())
     layout = _LAYOUT[(a_row, b_row)]
     struct = _ffi.TdGemmProblem(M, N, K, dtype.code, layout.code, lda, ldb, ldc, alpha, 0, 0, 0)
+    pick = _autotune.FastPick(d, GemmProblem(M, N, K, dtype, layout, lda, ldb, ldc, alpha), struct)
     return (ctypes.addressof(struct), (M, N), None if out_dtype == a.dtype else out_dtype,
-            d.lib.td_gemm_launch, _TORCH_FAST["raw_stream"], d.lib.check, dev, d.lib, struct)
+            d.lib.td_gemm_launch, _TORCH_FAST["raw_stream"], d.lib.check, dev, d.lib, pick)
 
 
 def _device_target(op: str = "gemm") -> str:
@@ -307,7 +311,7 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
                 f"no {dtype.key} {lay.key} gemm kernel for target {d.target} supports {M}x{N}x{K}"
                 + (f": {detail}" if detail else ""))
             continue
-        d.run(problem, a_use, b_use, out, kernel=kernel)
+        d.run(problem, a_use, b_use, out, kernel=_autotune.kernel_for(d, problem, (a_use, b_use, out), kernel))
         return out
     raise last_error
 
@@ -425,7 +429,8 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
         elif DeviceArray(out).dtype is not dtype.out:
             raise InvalidArgumentError(f"out must be a contiguous {shape} {dtype.out.key} array")
         tensors[slot] = _check_channels_last("out", out, shape)
-        dispatcher("conv", target or _device_target("conv")).run(problem, *tensors, kernel=kernel, timed=False)
+        d = dispatcher("conv", target or _device_target("conv"))
+        d.run(problem, *tensors, kernel=_autotune.kernel_for(d, problem, tensors, kernel), timed=False)
         return out
     out_dtype = numpy_dtype(dtype.out)
     if out is None:
@@ -436,5 +441,6 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     else:
         _check_out(out, {"x": x, "w": w})
     tensors[slot] = out
-    dispatcher("conv", target).run(problem, *tensors, kernel=kernel)
+    d = dispatcher("conv", target)
+    d.run(problem, *tensors, kernel=_autotune.kernel_for(d, problem, tensors, kernel))
     return out

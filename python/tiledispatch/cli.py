@@ -8,11 +8,13 @@ import math
 import os
 import statistics
 import sys
+import tempfile
+import time
 from importlib import resources
 
 import numpy as np
 
-from . import reference, selection
+from . import _autotune, _fingerprint, _picklog, reference, selection
 from ._registry import kernels_dir, registry
 from .arrays import numpy_dtype, random
 from .codegen import Direction, DType, Layout, config_from_name, matches
@@ -20,7 +22,9 @@ from .codegen.yamlsrc import ManifestError
 from .dispatcher import Dispatcher
 from .errors import TileDispatchError, UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
+from .tile_engine import tuning
 from .tile_engine.bench import run_bench, write_tuning
+from .tile_engine.worker import _device_copy
 
 
 def _select(d: Dispatcher, problem) -> str:
@@ -177,6 +181,88 @@ def cmd_conv(args) -> dict:
     return out
 
 
+def _random_tensors(problem, rng) -> tuple:
+    """Random operands of a problem, in Dispatcher.run's order, the written one zeroed."""
+    dtype = problem.dtype
+    if isinstance(problem, GemmProblem):
+        lay = problem.layout
+        a, b = random((problem.M, problem.K), dtype, rng), random((problem.K, problem.N), dtype, rng)
+        return (a if lay.a_row else np.asfortranarray(a), b if lay.b_row else np.asfortranarray(b),
+                np.zeros((problem.M, problem.N), numpy_dtype(dtype.out)))
+    shapes = (problem.input_shape, problem.weight_shape, problem.output_shape)
+    written = {Direction.FWD: 2, Direction.BWD_DATA: 0, Direction.BWD_WEIGHT: 1}[problem.direction]
+    return tuple(np.zeros(shape, numpy_dtype(dtype.out)) if i == written else random(shape, dtype, rng)
+                 for i, shape in enumerate(shapes))
+
+
+def _on_device(tensors: tuple, target: str) -> tuple:
+    """On a GPU target, the operands as torch GPU tensors where torch sees a GPU (timed as
+    autotuning times them: L2 flushed, CUDA events); else numpy arrays (the host path)."""
+    if target == "cpu":
+        return tensors
+    try:
+        import torch
+    except ImportError:
+        return tensors
+    if not torch.cuda.is_available():
+        return tensors
+    return tuple(_device_copy(torch, t) for t in tensors)
+
+
+def cmd_tune_log(args) -> dict:
+    """`tune --from-log`: every distinct problem of a TILEDISPATCH_RECORD log timed on every
+    kernel that supports it (random inputs, through Dispatcher.run), into a tuning table."""
+    started = time.perf_counter()
+    if args.budget_ms is not None and not args.budget_ms > 0:
+        raise ValueError(f"--budget-ms must be positive (got {args.budget_ms})")
+    specs = _picklog.read_log(args.from_log)
+    if not specs:
+        raise ValueError(f"{args.from_log} holds no problem")
+    target = args.target or registry().default_target(specs[0]["op"])
+    rng = np.random.default_rng(args.seed)
+    results, skipped = [], []
+    for spec in specs:
+        try:
+            problem = selection.problem_from(spec)
+        except (KeyError, TypeError, ValueError, TileDispatchError) as err:
+            skipped.append({"problem": spec, "reason": f"not a valid problem: {getattr(err, 'message', err)}"})
+            continue
+        d = Dispatcher(spec["op"], target)
+        names = _autotune.candidates(d, problem)
+        if not names:
+            skipped.append({"problem": spec, "reason": f"no {target} kernel supports it"})
+            continue
+        _check_elements(*((n,) for n in problem.required_elements()))
+        measured = _autotune.measure(d, problem, _on_device(_random_tensors(problem, rng), target), names,
+                                     args.budget_ms if args.budget_ms is not None else math.inf, args.repeat)
+        spec = selection.problem_spec(problem)
+        results += [{"problem": spec, "kernel": name, "latency_ms": ms, "status": "OK"}
+                    for name, ms in measured.timings_ms.items()]
+        if not measured.timings_ms:
+            skipped.append({"problem": spec, "reason": "every kernel failed"})
+    if not results:
+        raise ValueError(f"no problem of {args.from_log} could be tuned: "
+                         + "; ".join(f"{json.dumps(s['problem'])}: {s['reason']}" for s in skipped))
+    table = tuning.make_table(results, target, _fingerprint.header(target))
+    _write_atomic(args.out, tuning.dumps(table))
+    return {"out": args.out, "target": target, "problems": len(specs), "entries": len(table["entries"]),
+            "skipped": skipped, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Writes a file through a temporary file in its folder, renamed over it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def cmd_list(args) -> int:
     kernels = [k for k in registry().kernels(args.op, args.target) if matches(k.name, args.filter)]
     if args.json:
@@ -299,9 +385,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run the batches as Ray tasks (a local cluster, or the one at ADDRESS); needs ray")
 
-    p = sub.add_parser("tune", help="write a tuning table from bench results")
-    p.add_argument("--results", required=True, help="results.json written by tiledispatch bench")
+    p = sub.add_parser("tune", help="write a tuning table from bench results, or by timing a recorded workload")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--results", help="results.json written by tiledispatch bench")
+    source.add_argument("--from-log", help="problems recorded with TILEDISPATCH_RECORD=FILE: each is timed on "
+                                           "every kernel that supports it (prints JSON)")
     p.add_argument("--out", required=True, help="tuning table to write (name it in TILEDISPATCH_TUNING)")
+    p.add_argument("--target", help="--from-log: target library (default: the GPU found, else cpu)")
+    p.add_argument("--budget-ms", type=float, help="--from-log: the most time one problem's timing may take")
+    p.add_argument("--repeat", type=int, default=3, help="--from-log: timed runs per kernel after a warm-up (median)")
+    p.add_argument("--seed", type=int, default=0)
 
     p = sub.add_parser("registry", help="print the registry JSON (the package index, or one library's export)")
     p.add_argument("--op", choices=("gemm", "conv"))
@@ -351,6 +444,8 @@ def _main(argv=None) -> int:
         return _run_json(cmd_gemm, args)
     if args.command == "conv":
         return _run_json(cmd_conv, args)
+    if args.command == "tune" and args.from_log:
+        return _run_json(cmd_tune_log, args)
     if args.command in ("bench", "tune"):
         try:
             if args.command == "tune":

@@ -44,6 +44,13 @@ TD_API const char* td_last_error(void);
  * library (unless TILEDISPATCH_NO_SHIPPED_TUNING=1) when it ranks a problem it has not
  * ranked under the same environment. */
 TD_API const char* td_tuning_messages(void);
+/* This process's device for the tuning tables' header check: a JSON object of strings and
+ * numbers, e.g. {"device": "NVIDIA H200", "sm_count": 132} ({"device": CPU model, "cores":
+ * n} on cpu). A table whose "header" object holds one of these keys with another value was
+ * measured on another device: it is ignored, with a message naming the file and both
+ * devices. NULL or "" clears it (no check, the default). Call it before the first selection;
+ * the tables are read again after it. The Python package calls it when it loads a library. */
+TD_API int td_tuning_set_device(const char* identity);
 
 /* Run-time options of this library (TdOptions; every field 1 by default), one value for the
  * whole process, read by the kernels' host code at each call: tma 0 makes the convolution

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import _fingerprint
 from ..codegen.yamlsrc import ManifestError, load_yaml, read_source
 from . import build as build_phase
 from . import ray_executor, runner
@@ -114,13 +115,14 @@ def run_bench(sweep, problems_file, target, out_dir, *, verify=False, timeout=60
             results.append({"kernel": name, "problem": spec, "status": "FAILED", "device": None,
                             "latency_ms": None, "tflops": None, "max_rel": None, "error": "did not compile"})
     picks = {json.dumps(j["problem"], sort_keys=True): j.get("pick") for j in jobs_list}
-    report = {"target": target, "sweep": str(sweep), "problems": problems, "results": results,
+    header = _fingerprint.header(target, str(built.build_dir))  # what the table was measured on
+    report = {"target": target, "header": header, "sweep": str(sweep), "problems": problems, "results": results,
               "picks": picks, "built": built.built, "failed": built.failed, "kernels_dir": str(built.build_dir),
               "rejected": [list(r) for r in exp.rejected], "seconds": time.time() - start}
     (out / "results.json").write_text(json.dumps(report, indent=1))
     write_csv(out / "results.csv", results)
     tune_path = out / f"tuning_{target}.json"
-    tune_path.write_text(tuning_dumps(make_table(results, target)))
+    tune_path.write_text(tuning_dumps(make_table(results, target, header)))
     log(best_table(problems, results, picks))
     log(f"wrote {out / 'results.csv'}, {out / 'results.json'}, {tune_path} in {time.time() - start:.0f} s")
     if plot:
@@ -192,6 +194,6 @@ def plot_results(problems, results, picks, out, log):
 
 def write_tuning(results_json, out_path) -> dict:
     report = json.loads(Path(results_json).read_text())
-    table = make_table(report["results"], report["target"])
+    table = make_table(report["results"], report["target"], report.get("header"))
     Path(out_path).write_text(tuning_dumps(table))
     return table
