@@ -1,5 +1,6 @@
 """Online autotuning, its cache, the pick log, recording a workload and tune --from-log, and
 the tuning tables' header check (the installed package, cpu target)."""
+import dataclasses
 import json
 import logging
 import os
@@ -414,6 +415,23 @@ def test_a_problem_the_tables_speak_for_is_not_tuned(tmp_path, monkeypatch, runs
         td.gemm(*operands())
     assert runs == [None] and td.autotune_stats()["problems_tuned"] == 0
     assert td.Dispatcher("gemm").select(RCR) == kernel
+
+
+def test_a_problem_the_tables_answer_only_from_a_neighbour_is_tuned(tmp_path, monkeypatch, runs):
+    d = td.Dispatcher("gemm")
+    kernel = _autotune.candidates(d, RCR)[-1]
+    near = dataclasses.replace(RCR, M=RCR.M + 8)
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"schema_version": 1, "target": "cpu", "header": _fingerprint.header("cpu"),
+                                 "entries": [{"problem": selection.problem_spec(near), "kernels": [kernel],
+                                              "latency_ms": [0.01]}]}))
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    monkeypatch.setenv("TILEDISPATCH_TUNING", str(table))
+    assert d.tuned(RCR) is not None  # the table answers the problem from its neighbour...
+    with td.autotune():
+        td.gemm(*operands())
+    assert td.autotune_stats()["problems_tuned"] == 1  # ...which is not a measurement of it: tuned
+    assert len(runs) > 2
 
 
 def test_the_shipped_table_says_it_was_measured_on_an_h200():

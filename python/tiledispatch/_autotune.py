@@ -18,8 +18,9 @@ with one candidate takes it untimed.
 
 Never tuned: during CUDA-graph capture (torch or cupy; a known winner is still used, else the
 library's pick), or while torch.are_deterministic_algorithms_enabled() (the library's pick,
-no winner used). Problems the tables speak for (Dispatcher.tuned is not None) are the
-library's.
+no winner used). Problems a table holds an entry for (measured there, and the table applies
+to this device) are the library's; a problem the tables answer only from their nearest
+entries is tuned.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ _local = threading.local()     # .budgets: the budgets of this thread's open td.
 _lock = threading.RLock()      # the state below
 _tune_lock = threading.Lock()  # one tuning at a time (two would disturb each other's timings)
 _winners: dict = {}            # key -> Winner
-_tables: dict = {}             # (key, tables environment) -> the tables speak for the problem
+_tables: dict = {}             # (key, tables environment) -> a table holds the problem
 _disk: dict = {}               # (target, cache path) -> the cache file's entries
 _generation = [1]              # bumped by reset(): api's fast-path entries of older winners retire
 _stats = {"problems_tuned": 0, "tuning_ms": 0.0, "kernel_runs": 0, "cache_hits": 0}
@@ -260,7 +261,9 @@ def _tables_speak(d, problem, k: str) -> bool:
     with _lock:
         known = _tables.get((k, env))
     if known is None:
-        known = d.tuned(problem) is not None  # the tables' messages, if any, come as warnings here
+        # an exact entry of a table the library applies (one of another device is skipped there);
+        # a pick the tables calibrate from their nearest entries is not a measurement of this problem
+        known = selection.held(d.target, problem) and d.tuned(problem) is not None
         with _lock:
             _tables[(k, env)] = known
     return known

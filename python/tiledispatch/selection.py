@@ -4,6 +4,7 @@ turns their messages into warnings and converts problems to and from the tables'
 specs (the tile engine's problems-file format)."""
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -23,6 +24,37 @@ def table_paths(target: str) -> tuple:
         paths.append(str(shipped))
     paths += [p for p in os.environ.get("TILEDISPATCH_TUNING", "").split(os.pathsep) if p]
     return tuple(paths)
+
+
+_HELD: dict = {}  # (path, mtime_ns, size) -> the problem specs the table's entries hold (JSON text)
+
+
+def _held_specs(path: str) -> frozenset:
+    """The problems a tuning table holds entries for, as sorted-key JSON; empty where the file
+    cannot be read (the library says why, as a warning)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return frozenset()
+    key = (path, st.st_mtime_ns, st.st_size)
+    specs = _HELD.get(key)
+    if specs is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                entries = json.load(f).get("entries", [])
+            specs = frozenset(json.dumps(e["problem"], sort_keys=True) for e in entries
+                              if isinstance(e, dict) and isinstance(e.get("problem"), dict))
+        except (OSError, ValueError, AttributeError, TypeError):
+            specs = frozenset()
+        _HELD[key] = specs
+    return specs
+
+
+def held(target: str, problem) -> bool:
+    """A tuning table that `target`'s library reads now holds an entry for exactly this problem
+    (a measured pick, not one calibrated from the nearest entries)."""
+    spec = json.dumps(problem_spec(problem), sort_keys=True)
+    return any(spec in _held_specs(path) for path in table_paths(target))
 
 
 def warn_messages(lib, stacklevel: int = 3) -> None:
