@@ -8,6 +8,9 @@ from conftest import ROOT
 PACKAGE = ROOT / "python" / "tiledispatch"
 # Imports a function may make: optional dependencies that are heavy or absent, loaded on use.
 OPTIONAL = {"torch", "cupy", "numba", "matplotlib", "ray"}
+# The package's modules that import torch at the top: a function may load them on use (the
+# API, for a caller that passed torch tensors), so that `import tiledispatch` never imports torch.
+TORCH_MODULES = {"tiledispatch._torch_ops"}
 RUNTIME = {"tiledispatch", "tiledispatch._cuda", "tiledispatch._ffi", "tiledispatch._registry", "tiledispatch.api",
            "tiledispatch.arrays", "tiledispatch.dispatcher", "tiledispatch.errors", "tiledispatch.problems",
            "tiledispatch.reference", "tiledispatch.selection", "tiledispatch._options"}
@@ -54,8 +57,13 @@ def package_imports():
 
 
 def test_no_package_import_is_hidden_in_a_function():
-    hidden = {name: sorted(h) for name, (_, h) in package_imports().items() if h}
+    hidden = {name: sorted(h - TORCH_MODULES) for name, (_, h) in package_imports().items() if h - TORCH_MODULES}
     assert hidden == {}
+
+
+def test_only_the_api_loads_the_torch_modules_in_a_function():
+    loaders = {name: sorted(h & TORCH_MODULES) for name, (_, h) in package_imports().items() if h & TORCH_MODULES}
+    assert loaders == {"tiledispatch.api": ["tiledispatch._torch_ops"]}
 
 
 def test_the_import_graph_is_acyclic():

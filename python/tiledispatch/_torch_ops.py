@@ -18,10 +18,10 @@ import torch
 
 from . import _torch_cuda, api
 from ._registry import registry
-from ._torch_views import DTYPES, channels_first, dense_channels_last, empty_channels_last, out_dtype, to_numpy
+from ._torch_views import DTYPES, channels_first, channels_last, dense_channels_last, empty_channels_last, out_dtype, to_numpy
 from .codegen import Direction
 from .errors import InvalidArgumentError
-from .problems import ConvProblem
+from .problems import INT32_MAX, ConvProblem, _integer, _spatial
 
 CONV_ARGS = "int[] stride, int[] padding, int[] dilation, int groups"
 
@@ -283,3 +283,31 @@ def _bwd_weight_backward(ctx, grad_dw):
 conv.register_autograd(_conv_backward, setup_context=_conv_setup)
 conv_bwd_data.register_autograd(_bwd_data_backward, setup_context=_bwd_data_setup)
 conv_bwd_weight.register_autograd(_bwd_weight_backward, setup_context=_bwd_weight_setup)
+
+
+# ---- td.conv on torch tensors ---------------------------------------------------------------
+
+def conv_channels_last(x, w, *, stride, padding, dilation, groups, direction: Direction, input_size=None,
+                       filter_size=None):
+    """td.conv's call on torch tensors in its channels-last-with-groups layout (input
+    (N, *spatial, G*C), weight (G*K, *filter, C), output (N, *out, G*K)) through the ops:
+    their channels-first views go in, the result comes back as the channels-last view."""
+    if x.dim() not in (3, 4, 5) or w.dim() != x.dim():
+        raise InvalidArgumentError(f"expected tensors of rank 3, 4 or 5 (N, *spatial, channels), got "
+                                   f"{tuple(x.shape)} and {tuple(w.shape)}")
+    ndim = x.dim() - 2
+    params = (list(_spatial(stride, ndim, "stride")), list(_spatial(padding, ndim, "padding", low=0)),
+              list(_spatial(dilation, ndim, "dilation")), _integer(groups, "groups", 1, INT32_MAX))
+    s, p, d, _ = params
+    a, b = channels_first(x), channels_first(w)
+    if direction is Direction.FWD:
+        return channels_last(conv(a, b, *params))
+    if direction is Direction.BWD_DATA:
+        if input_size is None:
+            input_size = [(o - 1) * si - 2 * pi + di * (f - 1) + 1
+                          for o, si, pi, di, f in zip(a.shape[2:], s, p, d, b.shape[2:])]
+        return channels_last(conv_bwd_data(a, b, list(_spatial(input_size, ndim, "input_size")), *params))
+    if filter_size is None:
+        filter_size = [(i + 2 * pi - 1 - (o - 1) * si) // di + 1
+                       for i, o, si, pi, di in zip(a.shape[2:], b.shape[2:], s, p, d)]
+    return channels_last(conv_bwd_weight(a, b, list(_spatial(filter_size, ndim, "filter_size")), *params))
