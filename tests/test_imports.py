@@ -92,3 +92,17 @@ def test_the_runtime_never_imports_the_tile_engine():
                     seen.add(dep)
                     todo.append(dep)
         assert not [m for m in seen if m.startswith("tiledispatch.tile_engine")], name
+
+
+def test_import_tiledispatch_never_imports_torch():
+    """The API on numpy arrays, codegen and the CLI's modules leave torch unimported (only
+    tiledispatch.torch, tiledispatch.nn and a call with torch tensors import it)."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, tiledispatch as td\n"
+            "td.gemm(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))\n"
+            "td.conv(np.ones((1, 5, 5, 4), np.float32), np.ones((4, 3, 3, 1), np.float32), groups=4)\n"
+            "import tiledispatch.cli, tiledispatch.dispatcher, tiledispatch.codegen\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT / "tests")
+    assert proc.returncode == 0, proc.stderr
