@@ -144,3 +144,19 @@ def test_captured_gemm_replays_eager_bit_for_bit(shape, no_vendor):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+def test_autocast_in_one_graph():
+    torch._dynamo.reset()
+    net = model()
+    tdt.patch(net, where=lambda name, module: True)
+    graphs = []
+
+    def step(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return net(x)
+    x = rand(2, 8, 8, 8)
+    y = torch.compile(step, backend=recording("aot_eager", graphs), fullgraph=True)(x)
+    assert y.dtype == torch.bfloat16 and len(graphs) == 1
+    assert graphs[0].count("torch.ops.tiledispatch.conv(") == 3
+    torch.testing.assert_close(y, step(x))

@@ -26,8 +26,8 @@ OURS = tuple(layer for _, layer in SWAPS.values())
 
 def expected_to_win(name: str, module) -> bool:
     """The default `where` of patch(): grouped and depthwise convolutions (groups > 1), where
-    the dispatcher's kernels are measured faster than cuDNN; dense convolutions and Linear
-    layers stay on torch (there the dispatcher is at par with the vendor libraries at best)."""
+    the dispatcher's pick measured faster than cuDNN; dense convolutions (mixed results) and
+    Linear layers (GEMM at par with cuBLAS) stay on torch."""
     return isinstance(module, torch.nn.modules.conv._ConvNd) and module.groups > 1
 
 
