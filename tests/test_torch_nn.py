@@ -122,6 +122,16 @@ def test_float64_falls_back_with_one_line_per_layer_in_a_training_loop(caplog):
     assert all("no torch.float64 kernels" in line for line in lines)
 
 
+def test_a_device_without_a_library_falls_back(caplog):
+    layer = tdnn.Conv2d(4, 4, 3, groups=2, device="meta")
+    with caplog.at_level(logging.WARNING, logger="tiledispatch"):
+        for _ in range(2):
+            y = layer(torch.empty(1, 4, 5, 5, device="meta"))
+    assert y.shape == (1, 4, 3, 3) and y.device.type == "meta"
+    lines = fallback_lines(caplog)
+    assert len(lines) == 1 and "this installation has no conv library for meta tensors" in lines[0]
+
+
 def test_autocast_bfloat16_casts_like_torch():
     torch.manual_seed(0)
     ours = tdnn.Conv2d(8, 16, 3, padding=1, groups=4)

@@ -99,8 +99,11 @@ def _linear_runs(label, device_type, dtype, M, N, K) -> bool:
     return _decided(label, _why_not("gemm", device_type, dtype, problems))
 
 
+DEVICES = ("cpu", "cuda")   # the device types a library can run on
+
+
 def _autocast(device_type: str, *tensors):
-    """The tensors cast to the autocast type where autocast is on for the device."""
+    """The tensors cast to the autocast type where autocast is on for the device (cpu, cuda)."""
     if not torch.is_autocast_enabled(device_type):
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
@@ -129,10 +132,13 @@ class _ConvMixin:
             _decided(self._td_label, f"padding_mode={self.padding_mode!r}, padding={self.padding!r}")
             return super()._conv_forward(input, weight, bias)
         device_type = input.device.type
-        x, w, b = _autocast(device_type, input, weight, bias)
-        if x.dim() != len(self.kernel_size) + 2:  # an unbatched input: torch's own path
+        if device_type not in DEVICES:
+            _decided(self._td_label, f"this installation has no conv library for {device_type} tensors")
+            return super()._conv_forward(input, weight, bias)
+        if input.dim() != len(self.kernel_size) + 2:  # an unbatched input: torch's own path
             _decided(self._td_label, f"an unbatched input of shape {tuple(input.shape)}")
             return super()._conv_forward(input, weight, bias)
+        x, w, b = _autocast(device_type, input, weight, bias)
         if not conv_runs(self._td_label, device_type, x.dtype, tuple(x.shape), tuple(w.shape), tuple(self.stride),
                          padding, tuple(self.dilation), self.groups):
             return super()._conv_forward(input, weight, bias)
@@ -173,6 +179,9 @@ class Linear(torch.nn.Linear):
 
     def forward(self, input):
         device_type = input.device.type
+        if device_type not in DEVICES:
+            _decided(self._td_label, f"this installation has no gemm library for {device_type} tensors")
+            return F.linear(input, self.weight, self.bias)
         x, w, b = _autocast(device_type, input, self.weight, self.bias)
         M = x.numel() // self.in_features if self.in_features else 0
         if x.dim() < 1 or not linear_runs(self._td_label, device_type, x.dtype, M, self.out_features,
