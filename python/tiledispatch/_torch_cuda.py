@@ -33,11 +33,21 @@ def gemm(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
     return out
 
 
+def _order(t: torch.Tensor):
+    """(t, row_major, ld): t itself where it is row- or column-major, else a contiguous copy."""
+    found = api._strided_order(t.stride(), *t.shape)
+    if found is None:
+        t = t.contiguous()
+        found = api._strided_order(t.stride(), *t.shape)
+    return (t, *found)
+
+
 def _gemm_captured(a, b, alpha):
+    if a.dtype not in DTYPES:
+        raise TypeError(f"unsupported element type {a.dtype}")
     (M, K), N = a.shape, b.shape[1]
-    a_order = api._strided_order(a.stride(), M, K)
-    b_order = api._strided_order(b.stride(), K, N)
-    (a_row, lda), (b_row, ldb) = a_order, b_order
+    a, a_row, lda = _order(a)
+    b, b_row, ldb = _order(b)
     problem = GemmProblem(M, N, K, DTYPES[a.dtype], api._LAYOUT[(a_row, b_row)], lda, ldb, N, alpha)
     out = torch.empty((M, N), dtype=out_dtype(a.dtype), device=a.device)
     run(api.dispatcher("gemm", api._device_target("gemm")), problem, a, b, out)
