@@ -151,7 +151,8 @@ def main(argv=None) -> int:
         base = build(name, args.classes).to(device).to(memory_format=torch.channels_last)
         data = batches(args, device)
         for mode in modes:
-            pair = [run_variant(name, base, args, device, data, patched, mode == "compiled") for patched in (False, True)]
+            pair = [run_variant(name, base, args, device, data, patched, mode == "compiled")
+                    for patched in (False, True)]
             theirs, ours = pair
             worst = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(ours["losses"], theirs["losses"]))
             ours["loss_rel_diff"], ours["ratio"] = worst, ours["images_per_s"] / theirs["images_per_s"]

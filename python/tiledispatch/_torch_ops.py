@@ -18,7 +18,8 @@ import torch
 
 from . import _torch_cuda, api
 from ._registry import registry
-from ._torch_views import DTYPES, channels_first, channels_last, dense_channels_last, empty_channels_last, out_dtype, to_numpy
+from ._torch_views import (DTYPES, channels_first, channels_last, dense_channels_last, empty_channels_last, out_dtype,
+                           to_numpy)
 from .codegen import Direction
 from .errors import InvalidArgumentError
 from .problems import INT32_MAX, ConvProblem, _integer, _spatial
@@ -61,7 +62,8 @@ def _gemm_shape(a, b):
     return a.shape[0], b.shape[1]
 
 
-@torch.library.custom_op("tiledispatch::gemm", mutates_args=(), schema="(Tensor a, Tensor b, float alpha=1.0) -> Tensor")
+@torch.library.custom_op("tiledispatch::gemm", mutates_args=(),
+                         schema="(Tensor a, Tensor b, float alpha=1.0) -> Tensor")
 def gemm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
     M, N = _gemm_shape(a, b)
     a, b = _matrix(a), _matrix(b)
