@@ -103,6 +103,7 @@ def conv_share(trainer, data, device) -> float | None:
 
 def run_variant(name, base, args, device, data, patched: bool, compiled: bool) -> dict:
     torch._dynamo.reset()
+    torch.manual_seed(args.seed)   # the same dropout masks in every variant
     model = copy.deepcopy(base)
     report = tdt.patch(model) if patched else None
     trainer = Trainer(model, args, device, compiled)
