@@ -2,6 +2,7 @@
 load unchanged, outputs and gradients match torch's, fallbacks log once per layer and never
 raise, patch swaps in place and reports what it did."""
 import logging
+import re
 
 import pytest
 
@@ -118,8 +119,19 @@ def test_float64_falls_back_with_one_line_per_layer_in_a_training_loop(caplog):
             model(x).sum().backward()
     assert torch.equal(model(x), reference(x))
     lines = fallback_lines(caplog)
-    assert sorted(line.split(" runs on")[0] for line in lines) == ["0 (Conv2d)", "2 (Conv2d)", "4 (Linear)"]
+    assert sorted(re.sub(r" #\d+\)", ")", line.split(" runs on")[0]) for line in lines) == \
+        ["0 (Conv2d)", "2 (Conv2d)", "4 (Linear)"]
     assert all("no torch.float64 kernels" in line for line in lines)
+
+
+def test_each_layer_logs_its_own_fallback_even_under_the_same_name(caplog):
+    models = [nn.Sequential(nn.Conv2d(4, 4, 3, groups=2)).double() for _ in range(2)]
+    labels = [tdt.patch(m).swapped and m[0]._td_label for m in models]
+    assert labels[0] != labels[1] and all(label.startswith("0 (Conv2d #") for label in labels)
+    with caplog.at_level(logging.WARNING, logger="tiledispatch"):
+        for m in models:
+            m(rand(1, 4, 5, 5).double())
+    assert [line.split(" runs on")[0] for line in fallback_lines(caplog)] == labels
 
 
 def test_a_device_without_a_library_falls_back(caplog):

@@ -12,6 +12,7 @@ autocast type first, as torch's layers are."""
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 
 import torch
@@ -148,26 +149,32 @@ class _ConvMixin:
         return y
 
 
-def _label(layer) -> str:
-    return f"{type(layer).__name__} at {id(layer):#x}"
+_SERIAL = itertools.count(1)
+
+
+def label(layer, name: str = "") -> str:
+    """The layer's name in log lines, unique in the process (a serial number): 'Conv2d #3',
+    or with the name patch() found it under, 'features.4 (Conv2d #3)'."""
+    tag = f"{type(layer).__name__} #{next(_SERIAL)}"
+    return f"{name} ({tag})" if name else tag
 
 
 class Conv1d(_ConvMixin, torch.nn.Conv1d):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._td_label = _label(self)
+        self._td_label = label(self)
 
 
 class Conv2d(_ConvMixin, torch.nn.Conv2d):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._td_label = _label(self)
+        self._td_label = label(self)
 
 
 class Conv3d(_ConvMixin, torch.nn.Conv3d):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._td_label = _label(self)
+        self._td_label = label(self)
 
 
 class Linear(torch.nn.Linear):
@@ -175,7 +182,7 @@ class Linear(torch.nn.Linear):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._td_label = _label(self)
+        self._td_label = label(self)
 
     def forward(self, input):
         device_type = input.device.type

@@ -73,7 +73,7 @@ def patch(model: torch.nn.Module, ops=("conv", "linear"), where=None) -> PatchRe
                                 else "not grouped (groups == 1): not expected to win"))
         else:
             module.__class__ = layer
-            module._td_label = f"{name or type(model).__name__} ({layer.__name__})"
+            module._td_label = td_nn.label(module, name or type(model).__name__)
             report.swapped.append(name)
     logger.info("%s", report)
     return report
