@@ -64,3 +64,16 @@ def gen():
     g = torch.Generator(device="cuda")
     g.manual_seed(torch.randint(0, 2**31, (1,)).item())
     return g
+
+
+def import_torch():
+    """torch, for the tests of the torch integration: they skip, saying why, where torch is
+    not installed, but fail where TD_REQUIRE_TORCH=1 says it must be (CI)."""
+    import os
+    try:
+        import torch
+    except ImportError as err:
+        if os.environ.get("TD_REQUIRE_TORCH") == "1":
+            pytest.fail(f"TD_REQUIRE_TORCH=1 but torch does not import: {err}", pytrace=False)
+        pytest.skip(f"torch is not installed ({err}): the torch integration is not tested", allow_module_level=True)
+    return torch

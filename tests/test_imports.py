@@ -8,6 +8,9 @@ from conftest import ROOT
 PACKAGE = ROOT / "python" / "tiledispatch"
 # Imports a function may make: optional dependencies that are heavy or absent, loaded on use.
 OPTIONAL = {"torch", "cupy", "numba", "matplotlib", "ray"}
+# The package's modules that import torch at the top: a function may load them on use (the
+# API, for a caller that passed torch tensors), so that `import tiledispatch` never imports torch.
+TORCH_MODULES = {"tiledispatch._torch_ops"}
 RUNTIME = {"tiledispatch", "tiledispatch._cuda", "tiledispatch._ffi", "tiledispatch._registry", "tiledispatch.api",
            "tiledispatch.arrays", "tiledispatch.dispatcher", "tiledispatch.errors", "tiledispatch.problems",
            "tiledispatch.reference", "tiledispatch.selection", "tiledispatch._options", "tiledispatch._autotune",
@@ -55,8 +58,13 @@ def package_imports():
 
 
 def test_no_package_import_is_hidden_in_a_function():
-    hidden = {name: sorted(h) for name, (_, h) in package_imports().items() if h}
+    hidden = {name: sorted(h - TORCH_MODULES) for name, (_, h) in package_imports().items() if h - TORCH_MODULES}
     assert hidden == {}
+
+
+def test_only_the_api_loads_the_torch_modules_in_a_function():
+    loaders = {name: sorted(h & TORCH_MODULES) for name, (_, h) in package_imports().items() if h & TORCH_MODULES}
+    assert loaders == {"tiledispatch.api": ["tiledispatch._torch_ops"]}
 
 
 def test_the_import_graph_is_acyclic():
@@ -85,3 +93,17 @@ def test_the_runtime_never_imports_the_tile_engine():
                     seen.add(dep)
                     todo.append(dep)
         assert not [m for m in seen if m.startswith("tiledispatch.tile_engine")], name
+
+
+def test_import_tiledispatch_never_imports_torch():
+    """The API on numpy arrays, codegen and the CLI's modules leave torch unimported (only
+    tiledispatch.torch, tiledispatch.nn and a call with torch tensors import it)."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, tiledispatch as td\n"
+            "td.gemm(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))\n"
+            "td.conv(np.ones((1, 5, 5, 4), np.float32), np.ones((4, 3, 3, 1), np.float32), groups=4)\n"
+            "import tiledispatch.cli, tiledispatch.dispatcher, tiledispatch.codegen\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT / "tests")
+    assert proc.returncode == 0, proc.stderr

@@ -230,12 +230,31 @@ def _device_target(op: str = "gemm") -> str:
     return target
 
 
+def _torch_ops():
+    """The torch custom ops (tiledispatch._torch_ops imports torch: loaded on first use, by
+    a caller that passed torch tensors)."""
+    from . import _torch_ops
+    return _torch_ops
+
+
+def _needs_autograd(*tensors) -> bool:
+    """True where a torch call must go through the custom op for autograd: grad mode on and
+    an input requiring grad."""
+    if not any(t.requires_grad for t in tensors):
+        return False
+    import torch  # the caller's tensors are torch's: already imported
+    return torch.is_grad_enabled()
+
+
 def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target=None):
     """C = alpha * A @ B through the dispatcher.
 
     On CUDA arrays (torch, cupy, numba) the kernel runs on the caller's current stream
     with no copy and returns an array of the caller's kind; numpy arrays take the host
-    path (copied to the GPU and back on a GPU target).
+    path (copied to the GPU and back on a GPU target). Two torch tensors (without layout,
+    out, kernel, target) go through torch.ops.tiledispatch.gemm, autograd included; CUDA
+    tensors that need no gradient run the op's implementation directly (the same kernel,
+    without the custom op's dispatch cost). The result of torch tensors is a torch tensor.
 
     a (M x K) and b (K x N) share one element type: float32, float16, ml_dtypes.bfloat16,
     float8_e4m3fn or float8_e5m2 (output: float32, float16, else bfloat16). Row- or
@@ -250,11 +269,13 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     alpha = _alpha(alpha)
     if _TENSOR is None and type(a).__name__ == "Tensor" and is_torch(a):
         _TENSOR = type(a)  # torch.Tensor, found without importing torch
-    if type(a) is _TENSOR and type(b) is _TENSOR and kernel is None and layout is None and target is None \
-            and a.is_cuda and (out is None or type(out) is _TENSOR):
-        result = _torch_fast(a, b, out, alpha)
-        if result is not None:
-            return result
+    if type(a) is _TENSOR and type(b) is _TENSOR and kernel is None and layout is None and target is None:
+        if a.is_cuda and (out is not None or not _needs_autograd(a, b)):
+            result = _torch_fast(a, b, out, alpha)
+            if result is not None:
+                return result
+        if out is None:
+            return _torch_ops().gemm(a, b, alpha)
     if is_device_array(a) or is_device_array(b):
         return _gemm_device(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target)
     a, b = np.asarray(a), np.asarray(b)
@@ -344,7 +365,9 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
     input_size / filter_size default to the sizes implied by the other tensors.
     numpy arrays run through the host path (copied to the device and back on a GPU
     target); CUDA arrays of torch/cupy/numba run in place on the caller's current stream
-    and the result is an array of the same kind. A torch tensor in channels_last memory
+    and the result is an array of the same kind. Two torch tensors (without out, kernel,
+    target, split_k) go through the torch.ops.tiledispatch conv ops, autograd included; the
+    result is the channels-last view of a new tensor. A torch tensor in channels_last memory
     format (N, C, H, W), permuted to (N, H, W, C), is exactly this layout (no copy); its
     weight (G*K, C, Y, X) likewise, permuted to (G*K, Y, X, C).
     split_k (bwd_weight on kernels with a batch split, sm_90a `..._s<max>`): the number of
@@ -362,6 +385,9 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, direction="f
         direction = Direction.parse(direction)
     if not isinstance(direction, Direction):
         raise InvalidArgumentError(f"unknown direction {direction!r} (expected fwd, bwd_data or bwd_weight)")
+    if is_torch(x) and is_torch(w) and out is None and kernel is None and target is None and not split_k:
+        return _torch_ops().conv_channels_last(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                                               direction=direction, input_size=input_size, filter_size=filter_size)
     on_device = is_device_array(x) or is_device_array(w)
     if on_device:
         if not (is_device_array(x) and is_device_array(w)) or (out is not None and not is_device_array(out)):
