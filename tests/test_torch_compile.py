@@ -102,18 +102,19 @@ def _gpu_library():
 gpu = pytest.mark.skipif(_gpu_library() is not None, reason=f"CUDA graphs: {_gpu_library()}")
 
 
-@pytest.fixture
-def no_vendor():
-    """cuDNN's kernels size their workspace only at run time: they are refused in capture."""
+@pytest.fixture(params=[False, True], ids=["ours", "with_vendor"])
+def vendor_option(request):
+    """Ours alone, and with the vendor kernels (cuDNN plans size their workspace when made:
+    a plan first made inside the capture is run again with the workspace it reports)."""
     before = td.options()["vendor"]
-    td.set_options(vendor=False)
+    td.set_options(vendor=request.param)
     yield
     td.set_options(vendor=before)
 
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_reduce_overhead_replays_eager_bit_for_bit(dtype, no_vendor):
+def test_reduce_overhead_replays_eager_bit_for_bit(dtype, vendor_option):
     torch._dynamo.reset()
     torch.manual_seed(2)
     net = nn.Sequential(nn.Conv2d(32, 64, 3, padding=1, groups=8, bias=False),
@@ -133,7 +134,7 @@ def test_reduce_overhead_replays_eager_bit_for_bit(dtype, no_vendor):
 
 @gpu
 @pytest.mark.parametrize("shape", [(256, 256, 256), (1000, 1000, 1000), (4095, 4095, 4095)])
-def test_captured_gemm_replays_eager_bit_for_bit(shape, no_vendor):
+def test_captured_gemm_replays_eager_bit_for_bit(shape, vendor_option):
     M, N, K = shape
     a = rand(M, K, dtype=torch.bfloat16, device="cuda")
     b = rand(K, N, seed=1, dtype=torch.bfloat16, device="cuda")

@@ -340,15 +340,39 @@ inline long cudnn_fastest(const CudnnApi& api, cudnnHandle_t h, const std::vecto
 
 // The plan for a problem on this handle and alignment (built on first use, timed on the first
 // run outside capture); *out valid for the process's life.
+// The plans made so far, keyed by the problem's bytes, then the handle and the alignment.
+struct CudnnPlans {
+    std::mutex lock;
+    std::map<std::string, CudnnPlan> plans;
+};
+
+inline CudnnPlans& cudnn_plans() {
+    static CudnnPlans cache;
+    return cache;
+}
+
+// The largest workspace of the plans made for a problem (any handle or alignment); 0 where
+// none is made yet.
+inline size_t cudnn_known_workspace(const TdConvProblem& p) {
+    CudnnPlans& cache = cudnn_plans();
+    const std::string prefix(reinterpret_cast<const char*>(&p), sizeof p);
+    std::lock_guard<std::mutex> guard(cache.lock);
+    int64_t most = 0;
+    for (auto it = cache.plans.lower_bound(prefix);
+         it != cache.plans.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+        most = std::max(most, it->second.workspace);
+    return (size_t)most;
+}
+
 inline int cudnn_plan(const CudnnApi& api, const TdConvProblem& p, cudnnHandle_t h, cudaStream_t stream,
                       bool capturing, const void* x, const void* w, const void* y, const CudnnPlan** out) {
-    static std::mutex lock;
-    static std::map<std::string, CudnnPlan> plans;
+    CudnnPlans& cache = cudnn_plans();
+    std::map<std::string, CudnnPlan>& plans = cache.plans;
     const int64_t align = cudnn_alignment(x, w, y);
     std::string key(reinterpret_cast<const char*>(&p), sizeof p);
     key.append(reinterpret_cast<const char*>(&h), sizeof h);
     key.append(reinterpret_cast<const char*>(&align), sizeof align);
-    std::lock_guard<std::mutex> guard(lock);
+    std::lock_guard<std::mutex> guard(cache.lock);
     auto it = plans.find(key);
     if (it != plans.end() && (it->second.benchmarked || capturing)) return *out = &it->second, TD_OK;
     ConvGeometry g{};
@@ -394,9 +418,11 @@ struct CudnnConv {
         return TD_OK;
     }
 
-    // The workspace comes from the backend's scratch buffer (its size is the plan's, known
-    // once cuDNN's engines have been timed on the problem's first run).
-    static size_t workspace_size(const TdConvProblem&) { return 0; }
+    // The workspace of the plans made for the problem (0 before its first run: a plan's size
+    // is known once cuDNN has made it). Without a workspace from the caller the run takes the
+    // backend's scratch buffer; inside CUDA graph capture, where that cannot grow, a caller
+    // whose run is refused for its workspace asks again here (the plan is made by then).
+    static size_t workspace_size(const TdConvProblem& p) { return cudnn_known_workspace(p); }
 
     // in, wei, out: x, w, y (fwd), dx, w, dy (bwd_data), x, dw, dy (bwd_weight).
     static int run(const TdConvProblem& p, const void* in, const void* wei, void* out, void* ws, size_t ws_bytes,

@@ -76,6 +76,15 @@ int scratch(size_t bytes, void* stream, void** ptr) {
     std::lock_guard<std::mutex> guard(lock);
     auto& entry = buffers[{device, stream}];
     if (entry.second < bytes) {
+        // Inside CUDA graph capture an allocation would belong to the graph, and this buffer
+        // outlives it: the caller passes a workspace instead (td_*_workspace_size gives its size).
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing((cudaStream_t)stream, &capture) == cudaSuccess &&
+            capture != cudaStreamCaptureStatusNone)
+            return fail(TD_REJECTED, "the kernel needs a workspace of " + std::to_string(bytes) +
+                                         " bytes, which cannot be allocated during CUDA graph capture: pass one "
+                                         "(its size: td_gemm_workspace_size / td_conv_workspace_size), or run the "
+                                         "problem once on this stream before capturing");
         if (entry.first) TD_CUDA(cudaFreeAsync(entry.first, (cudaStream_t)stream), "cudaFreeAsync");
         entry = {nullptr, 0};
         const size_t grown = bytes + bytes / 4;

@@ -4,16 +4,17 @@ Outside capture a kernel that needs a workspace takes the library's scratch buff
 the library grows with cudaMallocAsync on the caller's stream. Inside capture nothing may
 be allocated that outlives the graph, so a captured run sizes the workspace beforehand
 (td_*_workspace_size for the kernel the library selects), takes it from torch's allocator
-(the graph's memory pool) and passes it with the kernel's name. cuDNN's plans size their
-workspace only when they are made, so a run that would select a cuDNN kernel is refused in
-capture with an error saying how to leave cuDNN out."""
+(the graph's memory pool) and passes it with the kernel's name. A cuDNN plan's workspace is
+known once the plan is made (a run before capture, as torch.compile's warm-up does); where
+the plan is first made inside the capture, the library refuses the run for its workspace
+(nothing is enqueued), and the run is repeated with the size it reports then."""
 from __future__ import annotations
 
 import torch
 
 from . import api
 from ._torch_views import DTYPES, out_dtype
-from .errors import UnsupportedProblemError
+from .errors import KernelRejectedError
 from .problems import GemmProblem
 
 CUBLASLT_WORKSPACE = 32 << 20  # the most a cuBLASLt plan of the library asks for
@@ -60,13 +61,20 @@ def run(d, problem, a, b, c) -> None:
         d.run(problem, a, b, c, timed=False)
         return
     name = d.select(problem)
-    if "_cudnn_" in name:
-        raise UnsupportedProblemError(
-            f"{name} (cuDNN) sizes its workspace only when its plan is made, which cannot happen inside "
-            "CUDA graph capture: call tiledispatch.set_options(vendor=False) before capturing")
     size = d.workspace_size(problem, name)
     if "_cublaslt_" in name:
         size = max(size, CUBLASLT_WORKSPACE)
+    try:
+        _run_with_workspace(d, problem, a, b, c, name, size)
+    except KernelRejectedError:
+        # a cuDNN plan made inside the capture: its workspace is known now that it is made
+        again = d.workspace_size(problem, name)
+        if "_cudnn_" not in name or again <= size:
+            raise
+        _run_with_workspace(d, problem, a, b, c, name, again)
+
+
+def _run_with_workspace(d, problem, a, b, c, name, size) -> None:
     workspace = torch.empty(size, dtype=torch.uint8, device=c.device) if size else None
     d.run(problem, a, b, c, kernel=name, workspace=None if workspace is None else workspace.data_ptr(),
           workspace_bytes=size, timed=False)
