@@ -1,6 +1,8 @@
 """The custom ops torch.ops.tiledispatch.{gemm, conv, conv_bwd_data, conv_bwd_weight} on CPU
 tensors: opcheck, numerics against float64 references of the same inputs, autograd
 (gradcheck, and gradients against torch's own), and td.gemm / td.conv on torch tensors."""
+import json
+
 import numpy as np
 import pytest
 
@@ -243,3 +245,24 @@ def test_td_conv_on_torch_tensors_takes_its_channels_last_layout():
     assert dx.shape == (2, 9, 9, 8) and dw.shape == (12, 3, 3, 2)
     y.sum().backward()
     assert x.grad.shape == x.shape
+
+
+def test_the_ops_pass_through_autotuning_recording_and_the_pick_log(tmp_path, monkeypatch):
+    from tiledispatch import _autotune
+    monkeypatch.setenv("TILEDISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TILEDISPATCH_RECORD", str(tmp_path / "shapes.jsonl"))
+    monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
+    _autotune.reset()
+    name, xs, ws, stride, padding, dilation, groups = CASES[1]
+    x, w = rand(*xs), rand(*ws, seed=1)
+    with td.autotune():
+        y = ops.conv(x, w, stride, padding, dilation, groups)
+        a, b = rand(8, 6), rand(6, 5, seed=1)
+        ops.gemm(a, b)
+    assert_close(y, F.conv2d(x.double(), w.double(), None, stride, padding, dilation, groups), torch.float32)
+    tuned = [(p["op"], p["source"]) for p in td.autotune_stats()["problems"]]
+    assert tuned == [("conv", "autotune"), ("gemm", "autotune")]
+    recorded = [json.loads(line) for line in (tmp_path / "shapes.jsonl").read_text().splitlines()]
+    assert [r["op"] for r in recorded] == ["conv", "gemm"]
+    assert recorded[0]["G"] == groups and recorded[0]["input"] == list(xs[2:])
+    _autotune.reset()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import api
+from . import _autotune, api
 from ._torch_views import DTYPES, out_dtype
 from .errors import KernelRejectedError
 from .problems import GemmProblem
@@ -51,16 +51,18 @@ def _gemm_captured(a, b, alpha):
     b, b_row, ldb = _order(b)
     problem = GemmProblem(M, N, K, DTYPES[a.dtype], api._LAYOUT[(a_row, b_row)], lda, ldb, N, alpha)
     out = torch.empty((M, N), dtype=out_dtype(a.dtype), device=a.device)
-    run(api.dispatcher("gemm", api._device_target("gemm")), problem, a, b, out)
+    d = api.dispatcher("gemm", api._device_target("gemm"))
+    run(d, problem, a, b, out, kernel=_autotune.kernel_for(d, problem, (a, b, out)))
     return out
 
 
-def run(d, problem, a, b, c) -> None:
-    """One run on the current stream: in capture with a workspace sized beforehand."""
+def run(d, problem, a, b, c, kernel=None) -> None:
+    """One run on the current stream (kernel None: the library's pick): in capture with a
+    workspace sized beforehand."""
     if not capturing():
-        d.run(problem, a, b, c, timed=False)
+        d.run(problem, a, b, c, kernel=kernel, timed=False)
         return
-    name = d.select(problem)
+    name = kernel or d.select(problem)
     size = d.workspace_size(problem, name)
     if "_cublaslt_" in name:
         size = max(size, CUBLASLT_WORKSPACE)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _torch_cuda, api
+from . import _autotune, _torch_cuda, api
 from ._registry import registry
 from ._torch_views import (DTYPES, channels_first, channels_last, dense_channels_last, empty_channels_last, out_dtype,
                            to_numpy)
@@ -186,9 +186,12 @@ def _run(problem, x, w, y):
     result = torch.empty(shape, dtype=dtype, device=device)
     tensors[written] = result
     if device.type == "cuda":
-        _torch_cuda.run(api.dispatcher("conv", api._device_target("conv")), problem, *tensors)
+        d = api.dispatcher("conv", api._device_target("conv"))
+        _torch_cuda.run(d, problem, *tensors, kernel=_autotune.kernel_for(d, problem, tensors))
     else:
-        api.dispatcher("conv", host_target("conv")).run(problem, *(to_numpy(t) for t in tensors), timed=False)
+        d = api.dispatcher("conv", host_target("conv"))
+        arrays = [to_numpy(t) for t in tensors]
+        d.run(problem, *arrays, kernel=_autotune.kernel_for(d, problem, arrays), timed=False)
     return channels_first(result)
 
 
