@@ -9,7 +9,7 @@ PACKAGE = ROOT / "python" / "tiledispatch"
 # Imports a function may make: optional dependencies that are heavy or absent, loaded on use.
 OPTIONAL = {"torch", "cupy", "numba", "matplotlib", "ray"}
 RUNTIME = {"tiledispatch", "tiledispatch._cuda", "tiledispatch._ffi", "tiledispatch._registry", "tiledispatch.api",
-           "tiledispatch.arrays", "tiledispatch.dispatcher", "tiledispatch.errors", "tiledispatch.problems",
+           "tiledispatch.arrays", "tiledispatch.dispatcher", "tiledispatch.errors", "tiledispatch.gemm_ex", "tiledispatch.problems",
            "tiledispatch.reference", "tiledispatch.selection", "tiledispatch._options"}
 
 

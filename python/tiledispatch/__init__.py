@@ -26,6 +26,7 @@ _EXPORTS = {
     "Direction": "codegen", "GemmKernelConfig": "codegen", "GemmVariant": "codegen", "Layout": "codegen",
     "Reduction": "codegen",
     "options": "_options", "set_options": "_options",
+    "grouped_gemm": "gemm_ex",
 }
 
 __all__ = sorted(_EXPORTS) + ["codegen"]
