@@ -36,7 +36,7 @@ def _dispatcher(target) -> Dispatcher:
 def requested(a, b, extras: dict) -> bool:
     """True where a td.gemm call asks for more than the plain product: a 3-D operand, or an
     extra argument (all None by default; return_aux False; bias_along matters only with a bias)."""
-    if len(getattr(a, "shape", ())) == 3 or len(getattr(b, "shape", ())) == 3:
+    if len(getattr(a, "shape", ())) >= 3 or len(getattr(b, "shape", ())) >= 3:
         return True
     return extras.pop("return_aux") is not False or any(v is not None for n, v in extras.items() if n != "bias_along")
 

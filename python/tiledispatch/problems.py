@@ -60,9 +60,11 @@ class GemmProblem:
     def __post_init__(self):
         _coerce(self, "dtype", DType.parse)
         _coerce(self, "layout", Layout.parse)
-        _coerce(self, "bias", Bias.parse)
-        _coerce(self, "activation", Activation.parse)
-        _coerce(self, "out_dtype", OutDType.parse)
+        for name, parse in (("bias", Bias.parse), ("activation", Activation.parse), ("out_dtype", OutDType.parse)):
+            try:
+                _coerce(self, name, parse)
+            except ValueError as err:
+                raise InvalidArgumentError(str(err)) from None
         for name, kind in (("bias", Bias), ("activation", Activation), ("out_dtype", OutDType)):
             if not isinstance(getattr(self, name), kind):
                 raise InvalidArgumentError(f"unknown {name} {getattr(self, name)!r}")
