@@ -159,8 +159,14 @@ struct GenericOperands {
         return block_scale ? v * ep.scale_b[(p / kScaleBlock) * n_blocks + j / kScaleBlock] : v;
     }
 
+    // The plain operands of matrix g: its packing without scales is the plain variants'.
+    GemmOperands<In, ARow, BRow, true> plain(int64_t g) const {
+        return {a + g * stride_a, b + g * stride_b, nullptr, M, N, K, lda, ldb, ldc, alpha};
+    }
+
     template <int MR>
     void pack_a(int64_t g, int64_t i0, int64_t k0, int mc, int kc, float* dst) const {
+        if (!block_scale) return plain(g).template pack_a<MR>(0, i0, k0, mc, kc, dst);
         for (int ip = 0; ip < mc; ip += MR, dst += (size_t)MR * kc)
             for (int p = 0; p < kc; ++p)
                 for (int ii = 0; ii < MR; ++ii)
@@ -169,6 +175,7 @@ struct GenericOperands {
 
     template <int NR>
     void pack_b(int64_t g, int64_t k0, int64_t j0, int kc, int nc, float* dst) const {
+        if (!block_scale) return plain(g).template pack_b<NR>(0, k0, j0, kc, nc, dst);
         for (int jp = 0; jp < nc; jp += NR, dst += (size_t)NR * kc)
             for (int p = 0; p < kc; ++p)
                 for (int jj = 0; jj < NR; ++jj)

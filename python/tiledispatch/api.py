@@ -238,11 +238,13 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     row-wise (M,) and (N,), or block-wise (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)).
     """
     global _TENSOR
-    extras = dict(c=c, beta=beta, bias=bias, bias_along=bias_along, activation=activation, aux=aux,
-                  return_aux=return_aux, row_scale=row_scale, col_scale=col_scale, scale_a=scale_a,
-                  scale_b=scale_b, out_dtype=out_dtype)
-    if gemm_ex.requested(a, b, dict(extras)):
-        return gemm_ex.gemm(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target, **extras)
+    if c is not None or beta is not None or bias is not None or activation is not None or aux is not None \
+            or return_aux is not False or row_scale is not None or col_scale is not None or scale_a is not None \
+            or scale_b is not None or out_dtype is not None or getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:
+        return gemm_ex.gemm(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target, c=c, beta=beta,
+                            bias=bias, bias_along=bias_along, activation=activation, aux=aux, return_aux=return_aux,
+                            row_scale=row_scale, col_scale=col_scale, scale_a=scale_a, scale_b=scale_b,
+                            out_dtype=out_dtype)
     alpha = _alpha(alpha)
     if _TENSOR is None and type(a).__name__ == "Tensor" and is_torch(a):
         _TENSOR = type(a)  # torch.Tensor, found without importing torch

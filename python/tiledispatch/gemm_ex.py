@@ -33,14 +33,6 @@ def _dispatcher(target) -> Dispatcher:
     return _DISPATCHERS[target]
 
 
-def requested(a, b, extras: dict) -> bool:
-    """True where a td.gemm call asks for more than the plain product: a 3-D operand, or an
-    extra argument (all None by default; return_aux False; bias_along matters only with a bias)."""
-    if len(getattr(a, "shape", ())) >= 3 or len(getattr(b, "shape", ())) >= 3:
-        return True
-    return extras.pop("return_aux") is not False or any(v is not None for n, v in extras.items() if n != "bias_along")
-
-
 def _out_type(out_dtype, dtype: DType) -> tuple[OutDType, DType]:
     """(the problem's out_dtype, the DType of D) from td.gemm's out_dtype argument."""
     if out_dtype is None:
