@@ -106,3 +106,27 @@ def test_bad_grouped_input():
         td.grouped_gemm([a], [np.zeros((4, 5), ml_dtypes.bfloat16)])
     with pytest.raises(E, match="one row per group"):
         td.grouped_gemm(a, b, [1, 2, 3], bias=np.zeros(5, np.float32))
+
+
+def test_c_abi_grouped_call_refuses_bad_arguments():
+    cpu_or_skip()
+    import ctypes
+    from tiledispatch import _ffi
+    lib = td.Dispatcher("gemm", "cpu").lib
+    problem = ctypes.byref(td.GemmProblem(1, 1, 1).to_c())
+    for args, message in [((None, 1), "groups is NULL"), ((None, -1), "the group count must not be negative")]:
+        assert lib.td_gemm_grouped_run(problem, None, *args, None, None) == -1
+        assert message in lib.last_error()
+    assert lib.td_gemm_grouped_run(problem, None, None, 0, None, None) == 0  # no group: nothing to do
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 4), np.float32, order="F")
+    d = np.zeros((2, 4), np.float32)
+    ptr = lambda x: x.__array_interface__["data"][0]  # noqa: E731
+    table = (_ffi.TdGemmGroup * 2)(_ffi.TdGemmGroup(2, 4, 3, 0, 0, 0, ptr(a), ptr(b), ptr(d)),
+                                   _ffi.TdGemmGroup(2, 0, 3, 0, 0, 0, ptr(a), ptr(b), ptr(d)))
+    assert lib.td_gemm_grouped_run(problem, None, table, 2, None, None) == -1
+    assert "group 1: M, N and K must be positive" in lib.last_error()
+    assert (d == 3).all()  # group 0 ran before group 1 was refused
+    batched = ctypes.byref(td.GemmProblem(1, 1, 1, batch=2, stride_c=1).to_c())
+    assert lib.td_gemm_grouped_run(batched, None, table, 1, None, None) == -1
+    assert "a grouped call takes no batch" in lib.last_error()
