@@ -199,8 +199,8 @@ def make_matrix(kind: str, rows: int, cols: int, dtype, rng):
         return base.astype(np.float32).tolist(), None, False
     if kind == "1d":
         return base.reshape(-1), None, False
-    if kind == "3d":
-        return base.reshape(1, rows, cols), None, False
+    if kind == "3d":  # a batch of one (numpy.matmul semantics): the result is (1, M, N)
+        return base.reshape(1, rows, cols), base, True
     return np.asarray(base[0, 0]), None, False
 
 
@@ -318,6 +318,9 @@ def fuzz_gemm(case):
             valid = False
         else:
             expect = "either"
+    batched = getattr(a, "ndim", 0) == 3 or getattr(b, "ndim", 0) == 3
+    if batched and valid:  # the batch's out shape, kernels and layouts: the features target checks them
+        expect = "either"
     if not valid:
         expect = "fail"
     args = dict(layout=lay, out=out, kernel=kernel, alpha=case["alpha"])
@@ -332,10 +335,12 @@ def fuzz_gemm(case):
         return
     if dt is None or a_val is None or b_val is None:
         raise FuzzFailure(f"td.gemm accepted invalid operands: {summary(a)} {summary(b)}")
-    if not isinstance(result, np.ndarray) or result.shape != (M, N) or result.dtype != out_dtype:
-        raise FuzzFailure(f"td.gemm returned {summary(result)}, expected array({M}, {N}) {out_dtype}")
+    shape = (1, M, N) if batched else (M, N)
+    if not isinstance(result, np.ndarray) or result.shape != shape or result.dtype != out_dtype:
+        raise FuzzFailure(f"td.gemm returned {summary(result)}, expected array{shape} {out_dtype}")
     if out is not None and result is not out:
         raise FuzzFailure("td.gemm did not return the out array it was given")
+    result = result.reshape(M, N)
     alpha = float(np.float32(case["alpha"]))
     ref, mag = reference.gemm(a_val, b_val)
     check_close(result, alpha * ref, abs(alpha) * mag, dt, K, "td.gemm")

@@ -130,3 +130,25 @@ def test_c_abi_grouped_call_refuses_bad_arguments():
     batched = ctypes.byref(td.GemmProblem(1, 1, 1, batch=2, stride_c=1).to_c())
     assert lib.td_gemm_grouped_run(batched, None, table, 1, None, None) == -1
     assert "a grouped call takes no batch" in lib.last_error()
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_grouped_fp8_row_wise_scales(rng, dtype):
+    cpu_or_skip()
+    a, b = matrix(rng, (60, 40), dtype), matrix(rng, (4, 40, 24), dtype)
+    offsets = [0, 20, 45, 60]
+    sa = rng.uniform(0.1, 3, 60).astype(np.float32)
+    sb = rng.uniform(0.1, 3, (4, 24)).astype(np.float32)
+    d = td.grouped_gemm(a, b, offsets, scale_a=sa, scale_b=sb)
+    start = 0
+    for g, end in enumerate(offsets):
+        _, ref, mag = reference.gemm_epilogue(a[start:end], b[g], row_scale=sa[start:end], col_scale=sb[g])
+        check(d[start:end], ref, mag, "bf16", 40)
+        start = end
+    outs = td.grouped_gemm([a[:7], a[7:9]], [b[0], b[1]], scale_a=[sa[:7], sa[7:9]], scale_b=[sb[0], sb[1]])
+    _, ref, mag = reference.gemm_epilogue(a[7:9], b[1], row_scale=sa[7:9], col_scale=sb[1])
+    check(outs[1], ref, mag, "bf16", 40)
+    with pytest.raises(td.InvalidArgumentError, match=r"scale_b has shape \(4, 23\)"):
+        td.grouped_gemm(a, b, offsets, scale_b=sb[:, :23])
+    with pytest.raises(td.InvalidArgumentError, match=r"scale_a has shape \(59,\); it needs 60 values"):
+        td.grouped_gemm(a, b, offsets, scale_a=sa[:59])

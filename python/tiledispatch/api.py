@@ -240,7 +240,7 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     global _TENSOR
     if c is not None or beta is not None or bias is not None or activation is not None or aux is not None \
             or return_aux is not False or row_scale is not None or col_scale is not None or scale_a is not None \
-            or scale_b is not None or out_dtype is not None or getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:
+            or scale_b is not None or out_dtype is not None or getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:
         return gemm_ex.gemm(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target, c=c, beta=beta,
                             bias=bias, bias_along=bias_along, activation=activation, aux=aux, return_aux=return_aux,
                             row_scale=row_scale, col_scale=col_scale, scale_a=scale_a, scale_b=scale_b,

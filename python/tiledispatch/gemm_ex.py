@@ -322,7 +322,7 @@ def _offsets(offsets, groups: int, rows: int) -> np.ndarray:
 
 
 def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activation=None, out_dtype=None,
-                 kernel=None, target=None):
+                 scale_a=None, scale_b=None, kernel=None, target=None):
     """Grouped GEMM (mixture of experts), one C call for every group (td_gemm_grouped_run).
 
     Offsets form (torch._grouped_mm): a (rows, K) holds the tokens sorted by group, b
@@ -332,7 +332,9 @@ def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activati
     per group.
     List form: grouped_gemm([a0, a1, ...], [b0, b1, ...]) with a_i (M_i, K_i) and b_i
     (K_i, N_i) (M_i may be 0) returns the list of products; bias: a list of (N_i,) vectors.
-    alpha, activation and out_dtype as td.gemm's, for every group.
+    alpha, activation and out_dtype as td.gemm's, for every group. scale_a / scale_b: fp8
+    row-wise scales, one per row of A and one per column of each group's B (offsets form:
+    scale_a (rows,), scale_b (groups, N); list form: lists of (M_i,) and (N_i,) vectors).
     """
     listed = isinstance(a, (list, tuple))
     if listed != isinstance(b, (list, tuple)):
@@ -390,6 +392,27 @@ def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activati
             if full.shape != (groups, b.shape[2]):
                 raise InvalidArgumentError(f"bias has shape {full.shape}; it needs ({groups}, {b.shape[2]}): one row per group")
             biases = [_vector(f"bias[{i}]", full[i], b.shape[2], "one per column (N)", out_np) for i in range(groups)]
+    rows_scales, cols_scales = [None] * groups, [None] * groups
+    if scale_a is not None:
+        if listed:
+            if not isinstance(scale_a, (list, tuple)) or len(scale_a) != groups:
+                raise InvalidArgumentError(f"scale_a must be a list of {groups} vectors in the list form")
+            rows_scales = [_vector(f"scale_a[{i}]", v, a_list[i].shape[0], "one per row of A") for i, v in enumerate(scale_a)]
+        else:
+            full = _vector("scale_a", scale_a, a.shape[0], "one per row of a")
+            rows_scales = [full[s:e] for s, e in zip(starts, ends)]
+    if scale_b is not None:
+        if listed:
+            if not isinstance(scale_b, (list, tuple)) or len(scale_b) != groups:
+                raise InvalidArgumentError(f"scale_b must be a list of {groups} vectors in the list form")
+            cols_scales = [_vector(f"scale_b[{i}]", v, b_list[i].shape[1], "one per column of B") for i, v in enumerate(scale_b)]
+        else:
+            full = np.asarray(scale_b)
+            if full.size != groups * b.shape[2] or full.shape not in ((groups, b.shape[2]), (groups, 1, b.shape[2])):
+                raise InvalidArgumentError(f"scale_b has shape {full.shape}; it needs ({groups}, {b.shape[2]}): one row "
+                                           "per group")
+            full = full.reshape(groups, b.shape[2])
+            cols_scales = [_vector(f"scale_b[{i}]", full[i], b.shape[2], "one per column of B") for i in range(groups)]
     if listed:
         if out is not None:
             raise InvalidArgumentError("the list form takes no out (it returns new arrays)")
@@ -414,12 +437,15 @@ def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activati
         y, ldb = _as_matrix(y, "r" if lay.b_row else "c", ld_in_order)
         ldc = o.strides[0] // o.itemsize if M > 1 else N
         keep += [x, y]
-        ep = _ffi.TdGemmEpilogue(bias=None if biases[i] is None else pointer(biases[i]))
+        ep = _ffi.TdGemmEpilogue(bias=None if biases[i] is None else pointer(biases[i]),
+                                 row_scale=None if rows_scales[i] is None else pointer(rows_scales[i]),
+                                 col_scale=None if cols_scales[i] is None else pointer(cols_scales[i]))
         table[i] = _ffi.TdGemmGroup(M, N, K, lda, ldb, ldc, pointer(x), pointer(y), pointer(o), ep)
     sizes = [(x.shape[0], y.shape[1], x.shape[1]) for x, y in zip(a_list, b_list)]
     big = max(sizes)
     problem = GemmProblem(max(big[0], 1), big[1], big[2], dtype, lay, alpha=alpha,
-                          bias=Bias.N if bias is not None else Bias.NONE, activation=act, out_dtype=out_code)
+                          bias=Bias.N if bias is not None else Bias.NONE, activation=act, out_dtype=out_code,
+                          row_scale=scale_a is not None, col_scale=scale_b is not None)
     d = _dispatcher(target)
     if not d.on_host:
         raise UnsupportedProblemError(f"grouped_gemm runs on the cpu target for now (target='cpu'), not {d.target}")
