@@ -260,7 +260,7 @@ struct GemmKernelImpl {
     static int run_ex(const TdGemmProblem& p, const void* a, const void* b, void* d, const TdGemmEpilogue& ep,
                       void* ws, size_t ws_bytes, void*) {
         if (gemm_features(p) & ~Features)  // selection never hands such a problem here
-            return fail(TD_REJECTED, "the kernel implements no epilogue, batch or block-wise scaling");
+            return fail(TD_REJECTED, "the kernel implements no epilogue, batch or block-wise scale");
         if (generic) return run_ops(p, generic_operands(p, a, b, d, ep), ws, ws_bytes);
         return run_ops(p, operands(p, a, b, d), ws, ws_bytes);
     }

@@ -87,13 +87,20 @@ enum td_out_dtype {
 };
 #define TD_OUT_DTYPE_COUNT 4
 
-/* What a GEMM kernel implements beyond D = alpha * A * B (KernelInfo.features, a bit mask). */
+/* What a GEMM kernel implements beyond D = alpha * A * B (KernelInfo.features, a bit mask; TD_FEATURE_ALL: every bit). */
 enum td_feature {
-    TD_FEATURE_EPILOGUE = 1,
-    TD_FEATURE_BATCH = 2,
-    TD_FEATURE_BLOCK_SCALE = 4,
+    TD_FEATURE_BETA = 1,
+    TD_FEATURE_BIAS_N = 2,
+    TD_FEATURE_BIAS_M = 4,
+    TD_FEATURE_ACTIVATION = 8,
+    TD_FEATURE_AUX = 16,
+    TD_FEATURE_ROW_SCALE = 32,
+    TD_FEATURE_COL_SCALE = 64,
+    TD_FEATURE_OUT_DTYPE = 128,
+    TD_FEATURE_BATCH = 256,
+    TD_FEATURE_BLOCK_SCALE = 512,
 };
-#define TD_FEATURE_COUNT 5
+#define TD_FEATURE_ALL 1023
 
 /* Kernel families (KernelInfo.family; registry.json names them). */
 enum td_family {

@@ -47,14 +47,19 @@ struct GemmKernel {
 
 // The TD_FEATURE_* bits a GEMM problem needs: what a kernel must implement to run it.
 inline int gemm_features(const TdGemmProblem& p) {
-    int f = 0;
     const bool default_out = p.out_dtype == TD_OUT_DEFAULT ||
                              (p.out_dtype == TD_OUT_FP32 && p.dtype == TD_FP32) ||
                              (p.out_dtype == TD_OUT_FP16 && p.dtype == TD_FP16) ||
                              (p.out_dtype == TD_OUT_BF16 && p.dtype != TD_FP32 && p.dtype != TD_FP16);
-    if (p.beta != 0.0f || p.bias != TD_BIAS_NONE || p.activation != TD_ACT_NONE || p.aux || p.row_scale ||
-        p.col_scale || !default_out)
-        f |= TD_FEATURE_EPILOGUE;
+    int f = 0;
+    if (p.beta != 0.0f) f |= TD_FEATURE_BETA;
+    if (p.bias == TD_BIAS_N) f |= TD_FEATURE_BIAS_N;
+    if (p.bias == TD_BIAS_M) f |= TD_FEATURE_BIAS_M;
+    if (p.activation != TD_ACT_NONE) f |= TD_FEATURE_ACTIVATION;
+    if (p.aux) f |= TD_FEATURE_AUX;
+    if (p.row_scale) f |= TD_FEATURE_ROW_SCALE;
+    if (p.col_scale) f |= TD_FEATURE_COL_SCALE;
+    if (!default_out) f |= TD_FEATURE_OUT_DTYPE;
     if (p.batch > 1) f |= TD_FEATURE_BATCH;
     if (p.block_scale) f |= TD_FEATURE_BLOCK_SCALE;
     return f;
@@ -66,11 +71,12 @@ inline int gemm_features(const TdGemmProblem& p) {
 inline int kernel_supports(const GemmKernel& k, const TdGemmProblem& p, std::string* why) {
     const int missing = gemm_features(p) & ~k.info.features;
     if (missing) {
+        static const char* const names[] = {"beta * C", "bias along N", "bias along M", "activation", "aux output",
+                                            "row scale", "column scale", "output dtype", "batch", "block-wise scale"};
         *why = "this kernel implements no ";
-        *why += (missing & TD_FEATURE_EPILOGUE) ? "epilogue (beta * C, bias, activation, aux, row or column scales, "
-                                                  "output dtype)"
-                : (missing & TD_FEATURE_BATCH) ? "batch"
-                                               : "block-wise scaling";
+        bool first = true;
+        for (int bit = 0; bit < 10; ++bit)
+            if (missing & (1 << bit)) *why += (first ? "" : ", ") + std::string(names[bit]), first = false;
         return TD_UNSUPPORTED;
     }
     return k.supports(p, why);

@@ -47,8 +47,9 @@ ENUMS = (
     ("td_out_dtype", "TD_OUT_DTYPE_COUNT", _enum("TD_OUT_", OutDType),
      "The element type of D, C and aux: DEFAULT is the input type's output (fp32 for fp32, fp16 for fp16, "
      "bf16 otherwise)."),
-    ("td_feature", "TD_FEATURE_COUNT", _enum("TD_FEATURE_", Feature),
-     "What a GEMM kernel implements beyond D = alpha * A * B (KernelInfo.features, a bit mask)."),
+    ("td_feature", "TD_FEATURE_ALL", _enum("TD_FEATURE_", Feature),
+     "What a GEMM kernel implements beyond D = alpha * A * B (KernelInfo.features, a bit mask; "
+     "TD_FEATURE_ALL: every bit)."),
 )
 
 # (struct, ((field, C type, comment), ...), comment)
@@ -185,7 +186,10 @@ def render_c_types(families) -> str:
         out.append(f"enum {name} {{")
         out += [f"    {member} = {value}," for member, value in members]
         out.append("};")
-        out.append(f"#define {count} {max(v for _, v in members) + 1}")
+        if count.endswith("_ALL"):  # a mask's every bit
+            out.append(f"#define {count} {sum(v for _, v in members)}")
+        else:
+            out.append(f"#define {count} {max(v for _, v in members) + 1}")
         out.append("")
     for name, fields, text in STRUCTS:
         out.append(f"/* {text} */")

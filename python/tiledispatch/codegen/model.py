@@ -182,9 +182,16 @@ class OutDType(enum.Enum):
 class Feature(enum.Enum):
     """What a GEMM kernel implements beyond C = alpha * A * B (KernelInfo.features, bits)."""
 
-    EPILOGUE = ("epilogue", 1)        # beta * C, bias, activation, aux, row / column scales, out dtype
-    BATCH = ("batch", 2)              # batch > 1 with batch strides
-    BLOCK_SCALE = ("block_scale", 4)  # fp8 block-wise scales (1x128 A, 128x128 B)
+    BETA = ("beta * C", 1)
+    BIAS_N = ("bias along N", 2)
+    BIAS_M = ("bias along M", 4)
+    ACTIVATION = ("activation", 8)      # every one of Activation
+    AUX = ("aux output", 16)
+    ROW_SCALE = ("row scale", 32)
+    COL_SCALE = ("column scale", 64)
+    OUT_DTYPE = ("output dtype", 128)   # fp32, fp16 and bf16 D for any input type
+    BATCH = ("batch", 256)              # batch > 1 with batch strides
+    BLOCK_SCALE = ("block-wise scale", 512)  # fp8 block-wise scales (1x128 A, 128x128 B)
 
     def __init__(self, key, code):
         self.key = key
