@@ -237,3 +237,22 @@ def test_c_abi_refuses_missing_epilogue_operands(rng):
         td.GemmProblem(8, 12, 16, activation="tanh")
     with pytest.raises(td.InvalidArgumentError, match="beta must be finite"):
         td.GemmProblem(8, 12, 16, beta=float("inf"))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("batch", -1, "batch must not be negative"), ("stride_a", -1, "batch strides must not be negative"),
+    ("beta", float("nan"), "beta must be finite"), ("bias", 3, "unknown bias code 3"),
+    ("activation", 5, "unknown activation code 5"), ("out_dtype", 4, "unknown out_dtype code 4"),
+    ("aux", 2, "aux must be 0 or 1"), ("row_scale", -1, "row_scale must be 0 or 1"),
+    ("col_scale", 7, "col_scale must be 0 or 1"), ("block_scale", 2, "block_scale must be 0 or 1")])
+def test_c_abi_checks_the_new_fields(field, value, message):
+    """The C library checks the raw struct itself (the Python classes check first)."""
+    cpu_or_skip()
+    import ctypes
+    from tiledispatch import _ffi
+    lib = td.Dispatcher("gemm", "cpu").lib
+    raw = td.GemmProblem(8, 8, 8).to_c()
+    setattr(raw, field, value)
+    assert lib.td_gemm_is_supported(ctypes.byref(raw), None) == -1
+    assert message in lib.last_error()
+    assert isinstance(raw, _ffi.TdGemmProblem)
