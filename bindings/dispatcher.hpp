@@ -84,7 +84,7 @@ int rank(const Kernel* const* table, size_t count, const Problem& p, const char*
         for (size_t i = 0; i < count; ++i) {
             if (std::strcmp(table[i]->info.name, name) != 0) continue;
             std::string why;
-            if (table[i]->supports(p, &why) != TD_OK)
+            if (kernel_supports(*table[i], p, &why) != TD_OK)
                 return fail(TD_REJECTED, std::string("kernel ") + name + " rejects this problem: " + why);
             out->push_back(table[i]);
             return TD_OK;
@@ -98,7 +98,7 @@ int rank(const Kernel* const* table, size_t count, const Problem& p, const char*
     for (size_t i = 0; i < count; ++i) {
         if (table[i]->info.named_only || (table[i]->info.vendor && !vendor)) continue;
         std::string why;
-        if (table[i]->supports(p, &why) != TD_OK) {
+        if (kernel_supports(*table[i], p, &why) != TD_OK) {
             if (why != "dtype differs" && why != "layout differs" && reasons.size() < 400)
                 reasons += std::string("; ") + table[i]->info.name + ": " + why;
             continue;

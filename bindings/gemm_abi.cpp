@@ -1,5 +1,6 @@
 // The GEMM library's C ABI: the reference system's dispatcher_* functions and td_gemm_*.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,6 +38,18 @@ int check_problem(const TdGemmProblem* p) {
     if (p->splits > kMaxSplits)
         return fail(TD_ERROR, "splits " + std::to_string(p->splits) + " is above the maximum " +
                                   std::to_string(kMaxSplits));
+    if (p->batch < 0) return fail(TD_ERROR, "batch must not be negative (got " + std::to_string(p->batch) + ")");
+    if (p->stride_a < 0 || p->stride_b < 0 || p->stride_c < 0)
+        return fail(TD_ERROR, "batch strides must not be negative");
+    if (!std::isfinite(p->beta)) return fail(TD_ERROR, "beta must be finite");
+    if (p->bias < 0 || p->bias >= TD_BIAS_COUNT) return fail(TD_ERROR, "unknown bias code " + std::to_string(p->bias));
+    if (p->activation < 0 || p->activation >= TD_ACTIVATION_COUNT)
+        return fail(TD_ERROR, "unknown activation code " + std::to_string(p->activation));
+    if (p->out_dtype < 0 || p->out_dtype >= TD_OUT_DTYPE_COUNT)
+        return fail(TD_ERROR, "unknown out_dtype code " + std::to_string(p->out_dtype));
+    for (const auto& flag : {std::pair<const char*, int32_t>{"aux", p->aux}, {"row_scale", p->row_scale},
+                             {"col_scale", p->col_scale}, {"block_scale", p->block_scale}})
+        if (flag.second != 0 && flag.second != 1) return fail(TD_ERROR, std::string(flag.first) + " must be 0 or 1");
     // Every operand's extent (leading dimensions included) in bytes must fit in int64.
     const int64_t lda = p->lda ? p->lda : min_lda, ldb = p->ldb ? p->ldb : min_ldb, ldc = p->ldc ? p->ldc : min_ldc;
     const int64_t a_rows = a_row(*p) ? p->M : p->K, b_rows = b_row(*p) ? p->K : p->N;
@@ -45,13 +58,23 @@ int check_problem(const TdGemmProblem* p) {
     int64_t t;
     struct { const char* what; int64_t rows, ld, cols; } ops[] = {
         {"A", a_rows, lda, a_cols}, {"B", b_rows, ldb, b_cols}, {"C", p->M, ldc, p->N}};
-    for (const auto& o : ops)
-        if (!checked_mul(o.rows - 1, o.ld, &t) || !checked_add(t, o.cols, &t) || !checked_mul(t, elem, &t))
+    const int64_t batch_strides[] = {p->stride_a, p->stride_b, p->stride_c};
+    const int64_t extra = p->batch > 1 ? p->batch - 1 : 0;  // matrices after the first
+    for (int i = 0; i < 3; ++i) {
+        const auto& o = ops[i];
+        int64_t step = 0;
+        if (!checked_mul(o.rows - 1, o.ld, &t) || !checked_add(t, o.cols, &t) ||
+            !checked_mul(extra, batch_strides[i], &step) || !checked_add(t, step, &t) || !checked_mul(t, elem, &t))
             return fail(TD_ERROR, std::string("the problem is too large: ") + o.what + " spans " +
                                       std::to_string(o.rows) + " x " + std::to_string(o.ld) +
-                                      " elements, more bytes than a pointer can address (M=" +
+                                      " elements (batch " + std::to_string(p->batch) +
+                                      "), more bytes than a pointer can address (M=" +
                                       std::to_string(p->M) + " N=" + std::to_string(p->N) + " K=" +
                                       std::to_string(p->K) + ")");
+    }
+    if (extra && p->stride_c < (p->M - 1) * ldc + p->N)
+        return fail(TD_ERROR, "stride_c " + std::to_string(p->stride_c) + " is below one output matrix's span " +
+                                  std::to_string((p->M - 1) * ldc + p->N) + ": the batch's outputs would overlap");
     if (!checked_mul(p->M, p->N, &t) || !checked_mul(t, p->K, &t))
         return fail(TD_ERROR, "the problem is too large: M*N*K overflows int64 (M=" + std::to_string(p->M) +
                                   " N=" + std::to_string(p->N) + " K=" + std::to_string(p->K) + ")");
@@ -98,6 +121,7 @@ const std::vector<const GemmKernel*>* ranked_list(const TdGemmProblem* p, const 
     if (!p) return *status = fail(TD_ERROR, "the problem pointer is NULL"), nullptr;
     TdGemmProblem key = *p;
     key.alpha = 0.0f;  // no selection reads it: per-call scales (fp8) share one entry
+    key.beta = key.beta != 0.0f ? 1.0f : 0.0f;  // selection reads only whether C is added
     return cache.get(key, name, [&](std::vector<const GemmKernel*>* out) { return ranked(p, name, Tables::read, out); },
                      status);
 }
@@ -109,15 +133,62 @@ int pick(const TdGemmProblem* p, const char* name, const GemmKernel** out) {
     return status;
 }
 
-// Runs on device pointers.
-int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, void* ws,
-        size_t ws_bytes, void* stream, float* time_ms) {
+// The epilogue operands a problem asks for are there (the problem passed check_problem).
+int check_epilogue(const TdGemmProblem& p, const TdGemmEpilogue& e) {
+    if (p.beta != 0.0f && !e.c) return fail(TD_ERROR, "beta is nonzero but C is NULL");
+    if (p.bias != TD_BIAS_NONE && !e.bias) return fail(TD_ERROR, "the problem has a bias but the bias pointer is NULL");
+    if (p.aux && !e.aux) return fail(TD_ERROR, "the problem asks for aux but the aux pointer is NULL");
+    if (p.row_scale && !e.row_scale) return fail(TD_ERROR, "the problem has row scales but row_scale is NULL");
+    if (p.col_scale && !e.col_scale) return fail(TD_ERROR, "the problem has column scales but col_scale is NULL");
+    if (p.block_scale && (!e.scale_a || !e.scale_b))
+        return fail(TD_ERROR, "the problem has block-wise scales but scale_a or scale_b is NULL");
+    return TD_OK;
+}
+
+// Runs on device pointers; ep NULL: no epilogue operands (td_gemm_run).
+int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, const TdGemmEpilogue* ep,
+        void* ws, size_t ws_bytes, void* stream, float* time_ms) {
     int status = TD_OK;
     const std::vector<const GemmKernel*>* list = ranked_list(p, name, &status);
     if (!list) return status;
     if (!a || !b || !c) return fail(TD_ERROR, "A, B and C must not be NULL");
-    return run_first_accepting(*list, stream, time_ms,
-                               [&](const GemmKernel* k) { return k->run(*p, a, b, c, ws, ws_bytes, stream); });
+    const TdGemmEpilogue none{};
+    const TdGemmEpilogue& e = ep ? *ep : none;
+    if (int s = check_epilogue(*p, e)) return s;
+    return run_first_accepting(*list, stream, time_ms, [&](const GemmKernel* k) {
+        return k->run_ex ? k->run_ex(*p, a, b, c, e, ws, ws_bytes, stream) : k->run(*p, a, b, c, ws, ws_bytes, stream);
+    });
+}
+
+int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, void* c, void* ws,
+        size_t ws_bytes, void* stream, float* time_ms) {
+    return run(p, name, a, b, c, nullptr, ws, ws_bytes, stream, time_ms);
+}
+
+// One call for a list of GEMMs that share the problem's type, layout and epilogue fields.
+int run_grouped(const TdGemmProblem* p, const char* name, const TdGemmGroup* groups, int64_t count, void* stream,
+                float* time_ms) {
+    if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
+    if (count < 0) return fail(TD_ERROR, "the group count must not be negative");
+    if (count > 0 && !groups) return fail(TD_ERROR, "groups is NULL");
+    if (p->batch > 1) return fail(TD_ERROR, "a grouped call takes no batch (batch " + std::to_string(p->batch) + ")");
+    float total = 0.0f;
+    for (int64_t i = 0; i < count; ++i) {
+        const TdGemmGroup& g = groups[i];
+        if (g.M < 0) return fail(TD_ERROR, "group " + std::to_string(i) + ": M must not be negative");
+        if (g.M == 0) continue;
+        TdGemmProblem q = *p;
+        q.M = g.M, q.N = g.N, q.K = g.K, q.lda = g.lda, q.ldb = g.ldb, q.ldc = g.ldc;
+        q.batch = 0, q.stride_a = q.stride_b = q.stride_c = 0;
+        float t = 0.0f;
+        if (int s = run(&q, name, g.a, g.b, g.d, &g.epilogue, nullptr, 0, stream, time_ms ? &t : nullptr)) {
+            const std::string why = td_last_error();
+            return fail(s, "group " + std::to_string(i) + ": " + why);
+        }
+        total += t;
+    }
+    if (time_ms) *time_ms = total;
+    return TD_OK;
 }
 
 // Elements of A, B and C that the problem spans (leading dimensions included).
@@ -140,6 +211,9 @@ int run_host(const TdGemmProblem* p, const char* name, const void* a, const void
     if (int s = check_problem(p)) return s;
     if (!a || !b || !c) return fail(TD_ERROR, "A, B and C must not be NULL");
     if (device::host_is_device()) return run(p, name, a, b, c, nullptr, 0, nullptr, time_ms);
+    if (gemm_features(*p))
+        return fail(TD_UNSUPPORTED, "the host-pointer call copies one plain product: a batch, an epilogue or "
+                                    "block-wise scales run through td_gemm_run_ex on device pointers");
     int64_t na, nb, nc;
     extents(*p, &na, &nb, &nc);
     const size_t ba = na * in_bytes(p->dtype), bb = nb * in_bytes(p->dtype), bc = nc * out_bytes(p->dtype);
@@ -250,6 +324,17 @@ TD_API int td_gemm_workspace_size(const TdGemmProblem* p, const char* kernel, si
 TD_API int td_gemm_run(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* C,
                        void* workspace, size_t workspace_bytes, void* stream, float* time_ms) {
     return guarded([&]() -> int { return run(p, kernel, A, B, C, workspace, workspace_bytes, stream, time_ms); });
+}
+
+TD_API int td_gemm_run_ex(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* D,
+                          const TdGemmEpilogue* epilogue, void* workspace, size_t workspace_bytes, void* stream,
+                          float* time_ms) {
+    return guarded([&]() -> int { return run(p, kernel, A, B, D, epilogue, workspace, workspace_bytes, stream, time_ms); });
+}
+
+TD_API int td_gemm_grouped_run(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups, int64_t count,
+                               void* stream, float* time_ms) {
+    return guarded([&]() -> int { return run_grouped(p, kernel, groups, count, stream, time_ms); });
 }
 
 TD_API int td_gemm_launch(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* C,

@@ -128,7 +128,7 @@ class KernelTable final : public Candidates {
         if (supports_[i] < 0) {
             std::string why;
             supports_[i] = !(table_[i]->info.vendor && !options().vendor) &&
-                                   table_[i]->supports(query_, &why) == TD_OK ? 1 : 0;
+                                   kernel_supports(*table_[i], query_, &why) == TD_OK ? 1 : 0;
         }
         return supports_[i] == 1;
     }
@@ -139,7 +139,7 @@ class KernelTable final : public Candidates {
     double cost_at(size_t i, const TableProblem& at) override {
         Problem p{};
         std::string why;
-        if (!to_problem(at, &p) || table_[i]->supports(p, &why) != TD_OK)
+        if (!to_problem(at, &p) || kernel_supports(*table_[i], p, &why) != TD_OK)
             return std::numeric_limits<double>::quiet_NaN();
         return cost_(p, *table_[i]);
     }

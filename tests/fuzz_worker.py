@@ -199,8 +199,8 @@ def make_matrix(kind: str, rows: int, cols: int, dtype, rng):
         return base.astype(np.float32).tolist(), None, False
     if kind == "1d":
         return base.reshape(-1), None, False
-    if kind == "3d":
-        return base.reshape(1, rows, cols), None, False
+    if kind == "3d":  # a batch of one (numpy.matmul semantics): the result is (1, M, N)
+        return base.reshape(1, rows, cols), base, True
     return np.asarray(base[0, 0]), None, False
 
 
@@ -318,6 +318,9 @@ def fuzz_gemm(case):
             valid = False
         else:
             expect = "either"
+    batched = getattr(a, "ndim", 0) == 3 or getattr(b, "ndim", 0) == 3
+    if batched and valid:  # the batch's out shape, kernels and layouts: the features target checks them
+        expect = "either"
     if not valid:
         expect = "fail"
     args = dict(layout=lay, out=out, kernel=kernel, alpha=case["alpha"])
@@ -332,10 +335,12 @@ def fuzz_gemm(case):
         return
     if dt is None or a_val is None or b_val is None:
         raise FuzzFailure(f"td.gemm accepted invalid operands: {summary(a)} {summary(b)}")
-    if not isinstance(result, np.ndarray) or result.shape != (M, N) or result.dtype != out_dtype:
-        raise FuzzFailure(f"td.gemm returned {summary(result)}, expected array({M}, {N}) {out_dtype}")
+    shape = (1, M, N) if batched else (M, N)
+    if not isinstance(result, np.ndarray) or result.shape != shape or result.dtype != out_dtype:
+        raise FuzzFailure(f"td.gemm returned {summary(result)}, expected array{shape} {out_dtype}")
     if out is not None and result is not out:
         raise FuzzFailure("td.gemm did not return the out array it was given")
+    result = result.reshape(M, N)
     alpha = float(np.float32(case["alpha"]))
     ref, mag = reference.gemm(a_val, b_val)
     check_close(result, alpha * ref, abs(alpha) * mag, dt, K, "td.gemm")
@@ -1620,8 +1625,141 @@ def fuzz_bug_bytes_as_sizes(case):
                 f"td.ConvProblem({case['field']}={v!r})")
 
 
+# ---- the GEMM features: epilogue arguments, batches, fp8 scales, grouped GEMM -----------------
+
+OUT_KEYS = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(ml_dtypes.bfloat16): "bf16"}
+# an argument of the epilogue: a right one (by its role) or a hostile value
+FEATURE_VALUE = st.one_of(st.sampled_from(["good"] * 6 + ["wrong_length", "wrong_dtype", "2d", "empty", "scalar"]),
+                          HOSTILE)
+
+
+def _feature_arg(kind, role_len, out_dtype, rng):
+    """A value of one epilogue argument: by role (good: role_len values of the output type)."""
+    if not isinstance(kind, str) or kind not in ("good", "wrong_length", "wrong_dtype", "2d", "empty", "scalar"):
+        return kind
+    if kind == "good":
+        return values((role_len,), out_dtype, rng)
+    if kind == "wrong_length":
+        return values((role_len + 1,), out_dtype, rng)
+    if kind == "wrong_dtype":
+        return np.ones(role_len, np.float64)
+    if kind == "2d":
+        return np.ones((2, role_len), out_dtype)
+    if kind == "empty":
+        return np.zeros(0, out_dtype)
+    return np.float32(0.5)
+
+
+@st.composite
+def features_case(draw):
+    return dict(M=draw(st.integers(1, 24)), N=draw(st.integers(1, 24)), K=draw(st.integers(1, 150)),
+                batch=draw(st.sampled_from([None, None, 1, 3, 0])), broadcast=draw(st.sampled_from([None, "a", "b"])),
+                dtype=draw(st.sampled_from(["fp32", "bf16", "fp16", "fp8_e4m3"])),
+                bias=draw(st.one_of(st.none(), FEATURE_VALUE)), along=draw(st.sampled_from(["n", "m", "x", 3])),
+                activation=draw(st.sampled_from([None, "relu", "gelu", "gelu_tanh", "silu", "tanh", "", 2, b"relu"])),
+                beta=draw(st.one_of(st.none(), st.sampled_from([0.0, 0.5, -2.0]), HOSTILE)),
+                c=draw(st.sampled_from([None, "good", "out", "row", "wrong_shape", "wrong_dtype"])),
+                aux=draw(st.sampled_from([None, "return", "good", "wrong_shape", "readonly"])),
+                row_scale=draw(st.one_of(st.none(), FEATURE_VALUE)), col_scale=draw(st.one_of(st.none(), FEATURE_VALUE)),
+                out_dtype=draw(st.sampled_from([None, "fp32", "bf16", "fp16", "fp8_e4m3", np.float32, 7])),
+                grouped=draw(st.sampled_from([None, None, "offsets", "list", "bad_offsets"])),
+                seed=draw(st.integers(0, 2**31 - 1)))
+
+
+def fuzz_features(case):
+    note("features", **case)
+    rng = np.random.default_rng(case["seed"])
+    M, N, K, dtype = case["M"], case["N"], case["K"], DType.parse(case["dtype"])
+    if case["grouped"]:
+        return _fuzz_grouped(case, rng, dtype)
+    batch = case["batch"]
+    a_shape = (M, K) if batch is None or case["broadcast"] == "a" else (batch, M, K)
+    b_shape = (K, N) if batch is None or case["broadcast"] == "b" else (batch, K, N)
+    a, b = values(a_shape, numpy_dtype(dtype), rng), values(b_shape, numpy_dtype(dtype), rng)
+    out_dtype = case["out_dtype"]
+    out_key = out_dtype if out_dtype in ("fp32", "bf16", "fp16") else (
+        "fp32" if out_dtype is np.float32 else dtype.out.key)
+    out_np = numpy_dtype(DType.parse(out_key))
+    shape = (M, N) if batch is None else (batch, M, N)
+    kw = {"target": "cpu", "activation": case["activation"], "out_dtype": out_dtype}
+    if case["bias"] is not None:
+        kw["bias"] = _feature_arg(case["bias"], N if case["along"] != "m" else M, out_np, rng)
+        kw["bias_along"] = case["along"]
+    for name, length in (("row_scale", M), ("col_scale", N)):
+        if case[name] is not None:
+            kw[name] = _feature_arg(case[name], length, np.float32, rng)
+    out = None
+    if case["c"] is not None and 0 not in shape:
+        c = {"good": lambda: values(shape, out_np, rng), "row": lambda: values((N,), out_np, rng),
+             "wrong_shape": lambda: np.ones((M + 1, N), out_np), "wrong_dtype": lambda: np.ones(shape, np.float64),
+             "out": lambda: values(shape, out_np, rng)}[case["c"]]()
+        kw["c"] = c
+        if case["c"] == "out":
+            out = kw["out"] = c
+    if case["beta"] is not None:
+        kw["beta"] = case["beta"]
+    if case["aux"] == "return":
+        kw["return_aux"] = True
+    elif case["aux"] is not None and 0 not in shape:
+        aux = np.zeros((M, N + 1) if case["aux"] == "wrong_shape" else shape, out_np)
+        aux.flags.writeable = case["aux"] != "readonly"
+        kw["aux"] = aux
+    before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
+    what = f"td.gemm(a{a.shape}, b{b.shape}, {', '.join(f'{k}={summary(v)}' for k, v in kw.items())})"
+    ok, result = attempt(lambda: td.gemm(a, b, **kw), "either", what)
+    if not ok:
+        return
+    d, aux = result if kw.get("return_aux") else (result, kw.get("aux"))
+    beta = 0.0 if "c" not in kw else (1.0 if kw.get("beta") is None else float(kw["beta"]))
+    pre, ref, mag = reference.gemm_epilogue(
+        a, b, beta=beta, c=before.get("c"), bias=before.get("bias"), bias_along=kw.get("bias_along", "n"),
+        activation=kw["activation"] or "none", row_scale=kw.get("row_scale"), col_scale=kw.get("col_scale"))
+    if d.shape != ref.shape or d.dtype != out_np:
+        raise FuzzFailure(f"{what}: returned {d.shape} {d.dtype}, expected {ref.shape} {out_np}")
+    finite = np.isfinite(ref) & np.isfinite(mag) & (mag < float(ml_dtypes.finfo(out_np).max) / 4)
+    for name, got, want in (("D", d, ref), ("aux", aux, pre)):
+        if got is None:
+            continue
+        cmp = reference.compare_out(np.asarray(got)[finite], want[finite], mag[finite], OUT_KEYS[out_np], K)
+        if not cmp["ok"]:
+            raise FuzzFailure(f"{what}: wrong {name}: accuracy {cmp['accuracy']:.3f}%, max error {cmp['max_error']}")
+
+
+def _fuzz_grouped(case, rng, dtype):
+    M, N, K = case["M"], case["N"], case["K"]
+    groups = 1 + case["seed"] % 5
+    if case["grouped"] == "list":
+        sizes = [int(m) for m in rng.integers(0, M + 1, groups)]
+        a = [values((m, K), numpy_dtype(dtype), rng) for m in sizes]
+        b = [values((K, N), numpy_dtype(dtype), rng) for _ in sizes]
+        ok, outs = attempt(lambda: td.grouped_gemm(a, b, activation=case["activation"]), "either", "grouped list")
+        if ok:
+            for x, y, o in zip(a, b, outs):
+                _, ref, mag = reference.gemm_epilogue(x, y, activation=case["activation"] or "none")
+                check_close(o, ref, mag, dtype, K, "grouped list")
+        return
+    a, b = values((M, K), numpy_dtype(dtype), rng), values((groups, K, N), numpy_dtype(dtype), rng)
+    offsets = np.sort(rng.integers(0, M + 1, groups))
+    if case["grouped"] == "bad_offsets":
+        bad = [offsets + M + 1, "abc", offsets.astype(np.float32), offsets[:-1], offsets.reshape(1, -1), -offsets - 1]
+        if groups > 1:
+            bad.append(offsets[::-1] + np.arange(groups))
+        offsets = bad[int(rng.integers(len(bad)))]
+    what = f"td.grouped_gemm(a{a.shape}, b{b.shape}, offsets={summary(offsets)})"
+    ok, d = attempt(lambda: td.grouped_gemm(a, b, offsets, activation=case["activation"]), "either", what)
+    if ok:
+        start = 0
+        for g, end in enumerate(offsets):
+            _, ref, mag = reference.gemm_epilogue(a[start:end], b[g], activation=case["activation"] or "none")
+            check_close(d[start:end], ref, mag, dtype, K, what)
+            start = end
+        if np.asarray(d[offsets[-1]:], np.float32).any():
+            raise FuzzFailure(f"{what}: rows after the last offset are not zero")
+
+
 TARGETS = {
     "problems": (problem_case(), fuzz_problem),
+    "features": (features_case(), fuzz_features),
     "abi": (abi_case(), fuzz_abi),
     "dispatcher": (dispatcher_case(), fuzz_dispatcher),
     "gemm": (gemm_case(), fuzz_gemm),

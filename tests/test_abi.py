@@ -54,7 +54,8 @@ def test_family_codes_are_unique_and_dense():
 def test_the_c_compiler_lays_out_each_struct_as_ctypes_does(tmp_path):
     """Field by field: offset and size of every field, and each struct's size."""
     structs = {"TdGemmProblem": _ffi.TdGemmProblem, "ConvProblemC": _ffi.ConvProblemC,
-               "TdConvProblem": _ffi.TdConvProblem, "TdOptions": _ffi.TdOptions}
+               "TdConvProblem": _ffi.TdConvProblem, "TdOptions": _ffi.TdOptions,
+               "TdGemmEpilogue": _ffi.TdGemmEpilogue, "TdGemmGroup": _ffi.TdGemmGroup}
     lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "tiledispatch/tiledispatch.h"', "int main(void) {"]
     expected = []
     for name, struct in structs.items():

@@ -25,10 +25,10 @@ def default_expansion():
 
 
 def test_default_manifest_expands_to_the_documented_count():
-    # 5 dtypes x 4 layouts + 2 x 2 small tiles + 3 dtypes x 2 stream-K reductions
-    # + 3 directions x 3 ranks x 3 dtypes
+    # 5 dtypes x 4 layouts + 2 x 2 small tiles + 5 dtypes x 4 layouts fusion generic
+    # + 3 dtypes x 2 stream-K reductions + 3 directions x 3 ranks x 3 dtypes
     result = default_expansion()
-    assert len(result.configs) == 20 + 4 + 6 + 27
+    assert len(result.configs) == 20 + 4 + 20 + 6 + 27
     assert result.duplicates == ()
 
 
@@ -92,7 +92,7 @@ def test_filter_globs_select_by_name():
     only = expand(manifest, ["cpu"], "gemm_bf16_*,conv_fwd_nwgc_*")
     names = [c.name for c in only.configs]
     assert names and all(n.startswith(("gemm_bf16_", "conv_fwd_nwgc_")) for n in names)
-    assert len(names) + only.filtered_out == 57
+    assert len(names) + only.filtered_out == 77
     assert all(c.target == "sm_90a" for c in expand(manifest, ["sm_90a"]).configs)
 
 

@@ -153,7 +153,7 @@ def test_a_manifest_group_names_the_toy_family(toy, tmp_path):
         "gemm_fp32_rcr_standard_48x64x128_toy_u2_cpu",
     ]
     # the cpu sub-map now takes `algorithm`; a group naming none keeps the backend's default
-    assert families.manifest_keys(Backend.CPU) == ("algorithm", "micro_tile", "unroll")
+    assert families.manifest_keys(Backend.CPU) == ("algorithm", "micro_tile", "fusion", "unroll")
     plain = expand(manifest(tmp_path, TOY_GROUP.replace("    cpu: {algorithm: toy, unroll: [1, 2]}\n", "")),
                    ["cpu"]).configs
     assert {type(c.knobs) for c in plain} == {Blocked}
@@ -177,7 +177,7 @@ def test_toy_names_round_trip(toy, tmp_path):
     ("{algorithm: toy, unroll: two}", 7, "unroll 'two' not one of 1, 2"),
     ("{algorithm: toy, micro_tile: [6, 16]}", 7, "the toy algorithm takes no micro_tile"),
     ("{algorithm: tiny}", 7, "unknown algorithm 'tiny' (expected blocked or toy)"),
-    ("{algorithm: toy, unrol: 2}", 7, "unknown cpu knob 'unrol' (expected algorithm, micro_tile, unroll)"),
+    ("{algorithm: toy, unrol: 2}", 7, "unknown cpu knob 'unrol' (expected algorithm, micro_tile, fusion, unroll)"),
 ])
 def test_a_bad_toy_knob_names_file_and_line(toy, tmp_path, cpu, line, message):
     with pytest.raises(ManifestError) as info:

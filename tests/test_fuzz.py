@@ -33,6 +33,7 @@ TARGETS = {
     "abi": (2500, 60),
     "dispatcher": (2000, 60),
     "gemm": (2000, 80),
+    "features": (1000, 120),
     "conv": (1500, 120),
     "cli_inproc": (800, 120),
     "threads": (400, 300),

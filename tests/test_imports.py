@@ -12,9 +12,9 @@ OPTIONAL = {"torch", "cupy", "numba", "matplotlib", "ray"}
 # API, for a caller that passed torch tensors), so that `import tiledispatch` never imports torch.
 TORCH_MODULES = {"tiledispatch._torch_ops"}
 RUNTIME = {"tiledispatch", "tiledispatch._cuda", "tiledispatch._ffi", "tiledispatch._registry", "tiledispatch.api",
-           "tiledispatch.arrays", "tiledispatch.dispatcher", "tiledispatch.errors", "tiledispatch.problems",
-           "tiledispatch.reference", "tiledispatch.selection", "tiledispatch._options", "tiledispatch._autotune",
-           "tiledispatch._fingerprint", "tiledispatch._picklog", "tiledispatch._tunecache"}
+           "tiledispatch.arrays", "tiledispatch.dispatcher", "tiledispatch.errors", "tiledispatch.gemm_ex",
+           "tiledispatch.problems", "tiledispatch.reference", "tiledispatch.selection", "tiledispatch._options",
+           "tiledispatch._autotune", "tiledispatch._fingerprint", "tiledispatch._picklog", "tiledispatch._tunecache"}
 
 
 def module_name(path: Path) -> str:

@@ -27,6 +27,7 @@ _EXPORTS = {
     "Reduction": "codegen",
     "options": "_options", "set_options": "_options",
     "autotune": "_autotune", "autotune_stats": "_autotune",
+    "grouped_gemm": "gemm_ex",
 }
 
 __all__ = sorted(_EXPORTS) + ["codegen"]

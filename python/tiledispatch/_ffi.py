@@ -27,6 +27,8 @@ TdGemmProblem = abi.ctypes_struct("TdGemmProblem")
 ConvProblemC = abi.ctypes_struct("ConvProblemC")
 TdConvProblem = abi.ctypes_struct("TdConvProblem", {"ConvProblemC": ConvProblemC})
 TdOptions = abi.ctypes_struct("TdOptions")
+TdGemmEpilogue = abi.ctypes_struct("TdGemmEpilogue")
+TdGemmGroup = abi.ctypes_struct("TdGemmGroup", {"TdGemmEpilogue": TdGemmEpilogue})
 
 
 _P = ctypes.POINTER
@@ -60,6 +62,9 @@ _GEMM = {
     # the problem as a plain address (c_void_p converts an int faster than a pointer type)
     "td_gemm_launch": ([c_void_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p], c_int),
     "td_gemm_run_host": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, _P(c_float)], c_int),
+    "td_gemm_run_ex": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, _P(TdGemmEpilogue), c_void_p,
+                        c_size_t, c_void_p, _P(c_float)], c_int),
+    "td_gemm_grouped_run": ([_P(TdGemmProblem), c_char_p, _P(TdGemmGroup), c_i64, c_void_p, _P(c_float)], c_int),
 }
 _CONV = {
     "conv_dispatcher_init": ([], c_int),

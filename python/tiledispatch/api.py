@@ -9,10 +9,11 @@ import os
 
 import numpy as np
 
-from . import _autotune, _ffi, selection
+from . import _autotune, _ffi, gemm_ex, selection
 from ._registry import registry
 from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype,
                      torch_dtype)
+from .arrays import ld_in_order as _ld_in_order
 from .codegen import Direction, Layout
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
@@ -35,24 +36,6 @@ _TORCH_OUT = _TorchOut()
 def dispatcher(op: str, target: str | None = None) -> Dispatcher:
     """A cached Dispatcher per (op, target); target None = the default for this machine."""
     return Dispatcher(op, target or registry().default_target(op))
-
-
-def _ld_in_order(matrix: np.ndarray, order: str):
-    """The leading dimension (elements) of a matrix read in row ('r') or column ('c') order,
-    or None where its strides do not allow that order. A dimension of size 1 has any stride:
-    a (rows x 1) matrix is column-major with ld = rows whatever its row stride."""
-    item = matrix.itemsize
-    rows, cols = matrix.shape
-    s0, s1 = matrix.strides
-    if order == "c":  # read the transpose in row order
-        rows, cols, s0, s1 = cols, rows, s1, s0
-    if cols > 1 and s1 != item:
-        return None
-    if rows == 1:
-        return max(cols, 1)
-    if s0 <= 0 or s0 % item or s0 // item < cols:
-        return None
-    return s0 // item
 
 
 def _as_order(matrix: np.ndarray, order: str) -> tuple[np.ndarray, int]:
@@ -246,7 +229,9 @@ def _needs_autograd(*tensors) -> bool:
     return torch.is_grad_enabled()
 
 
-def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target=None):
+def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target=None, c=None, beta=None,
+         bias=None, bias_along="n", activation=None, aux=None, return_aux=False, row_scale=None, col_scale=None,
+         scale_a=None, scale_b=None, out_dtype=None):
     """C = alpha * A @ B through the dispatcher.
 
     On CUDA arrays (torch, cupy, numba) the kernel runs on the caller's current stream
@@ -264,8 +249,25 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     with a or b (in-place is not supported). `kernel` runs a named one. M, N and K must be
     positive. Broadcast numpy inputs (a zero stride, np.broadcast_to) are refused rather than
     silently copied: pass np.ascontiguousarray(x) to materialize them.
+
+    Fused epilogue, batches and fp8 scales (numpy arrays on the cpu target; no GPU kernel
+    implements them yet and the GPU targets refuse them): D = act(alpha * (A @ B) * row_scale *
+    col_scale + beta * C + bias). c (broadcastable to D, D's type; c=out accumulates in place),
+    beta (default 1 with c), bias (D's type; bias_along "n": N values, "m": M values),
+    activation ("relu", "gelu", "gelu_tanh", "silu"), aux (an array for the pre-activation) or
+    return_aux=True (returns (D, aux)), row_scale (M) and col_scale (N) float32, out_dtype
+    (fp32, fp16, bf16). 3-D a and/or b: a batch (numpy.matmul semantics; a 2-D operand or a
+    batch of 1 is shared by the batch). scale_a / scale_b (fp8): scalars (per tensor),
+    row-wise (M,) and (N,), or block-wise (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)).
     """
     global _TENSOR
+    if c is not None or beta is not None or bias is not None or activation is not None or aux is not None \
+            or return_aux is not False or row_scale is not None or col_scale is not None or scale_a is not None \
+            or scale_b is not None or out_dtype is not None or getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:
+        return gemm_ex.gemm(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target, c=c, beta=beta,
+                            bias=bias, bias_along=bias_along, activation=activation, aux=aux, return_aux=return_aux,
+                            row_scale=row_scale, col_scale=col_scale, scale_a=scale_a, scale_b=scale_b,
+                            out_dtype=out_dtype)
     alpha = _alpha(alpha)
     if _TENSOR is None and type(a).__name__ == "Tensor" and is_torch(a):
         _TENSOR = type(a)  # torch.Tensor, found without importing torch

@@ -36,6 +36,24 @@ def matrix_order(array):
     return None
 
 
+def ld_in_order(matrix: np.ndarray, order: str):
+    """The leading dimension (elements) of a matrix read in row ('r') or column ('c') order,
+    or None where its strides do not allow that order. A dimension of size 1 has any stride:
+    a (rows x 1) matrix is column-major with ld = rows whatever its row stride."""
+    item = matrix.itemsize
+    rows, cols = matrix.shape
+    s0, s1 = matrix.strides
+    if order == "c":  # read the transpose in row order
+        rows, cols, s0, s1 = cols, rows, s1, s0
+    if cols > 1 and s1 != item:
+        return None
+    if rows == 1:
+        return max(cols, 1)
+    if s0 <= 0 or s0 % item or s0 // item < cols:
+        return None
+    return s0 // item
+
+
 def pointer(array) -> int:
     return array.__array_interface__["data"][0]
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import _autotune, _fingerprint, _picklog, reference, selection
 from ._registry import kernels_dir, registry
 from .arrays import numpy_dtype, random
-from .codegen import Direction, DType, Layout, config_from_name, matches
+from .codegen import Activation, Bias, Direction, DType, Layout, OutDType, config_from_name, matches
 from .codegen.yamlsrc import ManifestError
 from .dispatcher import Dispatcher
 from .errors import TileDispatchError, UnsupportedProblemError
@@ -36,9 +36,10 @@ def _select(d: Dispatcher, problem) -> str:
         raise selection.explain_unsupported(err, d.op, d.target, problem) from None
 
 
-def _timed_runs(d: Dispatcher, problem, tensors, kernel, repeat: int) -> float:
-    d.run(problem, *tensors, kernel=kernel)  # warm-up
-    return statistics.median(d.run(problem, *tensors, kernel=kernel) for _ in range(max(1, repeat)))
+def _timed_runs(d: Dispatcher, problem, tensors, kernel, repeat: int, epilogue=None) -> float:
+    d.run(problem, *tensors, kernel=kernel, epilogue=epilogue)  # warm-up
+    return statistics.median(d.run(problem, *tensors, kernel=kernel, epilogue=epilogue)
+                             for _ in range(max(1, repeat)))
 
 
 def _execution(time_ms: float, flops: int) -> dict:
@@ -99,8 +100,11 @@ def cmd_gemm(args) -> dict:
     dtype = DType.parse(_from_kernel("dtype", args.dtype, config, "dtype", "fp32"))
     layout = Layout.parse(_from_kernel("layout", args.layout, config, "layout", "rcr"))
     out = {"problem": {"M": M, "N": N, "K": K, "dtype": dtype.key, "layout": layout.key}}
+    fields = _epilogue_fields(args)
+    if fields:
+        out["problem"]["epilogue"] = {k: (v.key if hasattr(v, "key") else v) for k, v in fields.items()}
     d = Dispatcher("gemm", args.target)
-    problem = GemmProblem(M, N, K, dtype, layout)
+    problem = GemmProblem(M, N, K, dtype, layout, **fields)
     kernel = args.kernel or _select(d, problem)
     out["kernel"] = kernel
     _check_elements((M, K), (K, N), (M, N))
@@ -108,13 +112,44 @@ def cmd_gemm(args) -> dict:
     a, b = random((M, K), dtype, rng), random((K, N), dtype, rng)
     a_mem = a if layout.a_row else np.asfortranarray(a)
     b_mem = b if layout.b_row else np.asfortranarray(b)
-    c = np.full((M, N), np.nan, dtype=numpy_dtype(dtype.out))
-    time_ms = _timed_runs(d, problem, (a_mem, b_mem, c), kernel, args.repeat)
+    c = np.full((M, N), np.nan, dtype=numpy_dtype(problem.out))
+    epilogue, operands = None, {}
+    if fields:  # the epilogue's operands: random C and bias in D's type, aux written
+        operands = {"c": random((M, N), problem.out, rng) if problem.beta else None,
+                    "bias": random((N if args.bias_along == "n" else M,), problem.out, rng) if args.bias else None,
+                    "aux": np.full((M, N), np.nan, dtype=numpy_dtype(problem.out)) if args.aux else None}
+        epilogue = operands
+    time_ms = _timed_runs(d, problem, (a_mem, b_mem, c), kernel, args.repeat, epilogue)
     out["execution"] = _execution(time_ms, problem.flops)
     if args.validate:
-        ref, mag = reference.gemm(a, b)
-        out["validation"] = _validation(c, ref, mag, dtype, K)
+        if fields:
+            pre, ref, mag = reference.gemm_epilogue(a, b, beta=problem.beta, c=operands["c"], bias=operands["bias"],
+                                                    bias_along=args.bias_along, activation=problem.activation.key)
+            cmp = reference.compare_out(c, ref, mag, problem.out.key, K)
+            out["validation"] = {"accuracy": round(cmp["accuracy"], 4), "max_error": cmp["max_error"]}
+            if args.aux:
+                cmp = reference.compare_out(operands["aux"], pre, mag, problem.out.key, K)
+                out["validation"]["aux_accuracy"] = round(cmp["accuracy"], 4)
+        else:
+            ref, mag = reference.gemm(a, b)
+            out["validation"] = _validation(c, ref, mag, dtype, K)
     return out
+
+
+def _epilogue_fields(args) -> dict:
+    """The GemmProblem epilogue fields of `tiledispatch gemm`'s options (none: a plain product)."""
+    fields = {}
+    if args.beta is not None:
+        fields["beta"] = args.beta
+    if args.bias:
+        fields["bias"] = Bias.parse(args.bias_along)
+    if args.activation and args.activation != "none":
+        fields["activation"] = Activation.parse(args.activation)
+    if args.aux:
+        fields["aux"] = True
+    if args.out_dtype:
+        fields["out_dtype"] = OutDType.parse(args.out_dtype)
+    return fields
 
 
 def cmd_conv(args) -> dict:
@@ -341,6 +376,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("K", type=int)
     p.add_argument("--dtype", choices=dtypes, help="default: the --kernel's, else fp32")
     p.add_argument("--layout", choices=[lay.key for lay in Layout], help="default: the --kernel's, else rcr")
+    p.add_argument("--beta", type=float, help="epilogue: D = ... + beta * C (a random C in D's type)")
+    p.add_argument("--bias", action="store_true", help="epilogue: add a random bias vector (--bias-along)")
+    p.add_argument("--bias-along", choices=("n", "m"), default="n", help="the bias: one per column (n) or row (m)")
+    p.add_argument("--activation", choices=[act.key for act in Activation], help="epilogue: the activation")
+    p.add_argument("--aux", action="store_true", help="epilogue: write the pre-activation to aux too")
+    p.add_argument("--out-dtype", choices=[o.key for o in OutDType if o is not OutDType.DEFAULT],
+                   help="the type of D (default: the input type's output)")
     _run_args(p)
 
     p = sub.add_parser("conv", help="run one grouped convolution, print JSON")

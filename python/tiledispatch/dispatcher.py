@@ -9,7 +9,7 @@ from . import _ffi, selection
 from ._registry import registry
 from .arrays import DeviceArray, is_device_array, numpy_dtype, pointer
 from .codegen import Direction
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedProblemError
 from .problems import ConvProblem, GemmProblem
 
 PROBLEM_TYPE = {"gemm": GemmProblem, "conv": ConvProblem}
@@ -163,7 +163,7 @@ class Dispatcher:
         return self.target == "cpu"
 
     def run(self, problem, a, b, c, *, kernel=None, workspace=None, workspace_bytes=None,
-            stream=None, timed: bool = True) -> float:
+            stream=None, timed: bool = True, epilogue: dict | None = None) -> float:
         """Runs one problem; returns the kernel time in ms (0.0 with timed=False, which
         does not wait for a GPU kernel to finish).
 
@@ -172,12 +172,17 @@ class Dispatcher:
         copied to the device and back), CUDA arrays of torch/cupy/numba, or integer
         addresses (device memory on a GPU target). stream: a CUDA stream handle (int);
         None takes the current stream of a torch/cupy argument, else the default stream.
+        epilogue (gemm): the operands the problem's epilogue fields ask for, by the names of
+        TdGemmEpilogue (c, bias, aux, row_scale, col_scale, scale_a, scale_b): arrays or
+        addresses, run through td_gemm_run_ex (td.gemm checks their shapes; here they are
+        passed as they are).
         """
         names = ("A", "B", "C") if self.op == "gemm" else ("input", "weight", "output")
         c_problem = self._problem(problem)
         values = (a, b, c)
         written = _written(problem)
-        in_type, out_type = numpy_dtype(problem.dtype), numpy_dtype(problem.dtype.out)
+        in_type = numpy_dtype(problem.dtype)
+        out_type = numpy_dtype(problem.out if isinstance(problem, GemmProblem) else problem.dtype.out)
         for i, (value, name, need) in enumerate(zip(values, names, problem.required_elements())):
             if not isinstance(value, np.ndarray):
                 continue
@@ -209,6 +214,9 @@ class Dispatcher:
         if any(hosted) and not self.on_host:
             if not all(hosted):
                 raise InvalidArgumentError("mixing host (numpy) and device arrays in one call")
+            if epilogue and any(v is not None for v in epilogue.values()):
+                raise UnsupportedProblemError(f"target {self.target}: epilogue operands on numpy arrays run on the "
+                                              "cpu target only (target='cpu')")
             fn = self.lib.td_gemm_run_host if self.op == "gemm" else self.lib.td_conv_run_host
             status = fn(c_problem, self._kernel(kernel), *(_address(v, n) for v, n in zip(values, names)), time_ref)
             return self._ran(status, kernel, time_ms)
@@ -226,6 +234,14 @@ class Dispatcher:
         ws_ptr = _address(workspace, "workspace")
         if workspace_bytes is None:
             workspace_bytes = workspace.nbytes if isinstance(workspace, np.ndarray) else 0
+        if epilogue is not None and self.op == "gemm":
+            unknown = set(epilogue) - {f for f, _ in _ffi.TdGemmEpilogue._fields_}
+            if unknown:
+                raise InvalidArgumentError(f"unknown epilogue operands: {', '.join(sorted(unknown))}")
+            ep = _ffi.TdGemmEpilogue(**{name: _address(value, name) for name, value in epilogue.items()})
+            status = self.lib.td_gemm_run_ex(c_problem, self._kernel(kernel), *ptrs, ctypes.byref(ep), ws_ptr,
+                                             workspace_bytes, stream, time_ref)
+            return self._ran(status, kernel, time_ms)
         fn = self.lib.td_gemm_run if self.op == "gemm" else self.lib.td_conv_run
         status = fn(c_problem, self._kernel(kernel), *ptrs, ws_ptr, workspace_bytes, stream, time_ref)
         return self._ran(status, kernel, time_ms)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _ffi
-from .codegen import Direction, DType, Layout
+from .codegen import Activation, Bias, Direction, DType, Layout, OutDType
 from .codegen.model import coerce as _coerce
 from .errors import InvalidArgumentError
 
@@ -42,10 +42,39 @@ class GemmProblem:
     splits: int = 0
     raster: int = 0   # cuda: 0 heuristic, 1 along M, 2 along N
     swizzle: int = 0  # cuda: 0 default, or 1, 2, 4, 8
+    # D = act(alpha * (A B) * row_scale * col_scale + beta * C + bias) (docs/abi.md); the
+    # defaults are the plain product. Batch strides in elements; 0 broadcasts A or B.
+    batch: int = 0
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
+    beta: float = 0.0
+    bias: Bias = Bias.NONE
+    activation: Activation = Activation.NONE
+    aux: bool = False
+    row_scale: bool = False
+    col_scale: bool = False
+    block_scale: bool = False
+    out_dtype: OutDType = OutDType.DEFAULT
 
     def __post_init__(self):
         _coerce(self, "dtype", DType.parse)
         _coerce(self, "layout", Layout.parse)
+        for name, parse in (("bias", Bias.parse), ("activation", Activation.parse), ("out_dtype", OutDType.parse)):
+            try:
+                _coerce(self, name, parse)
+            except ValueError as err:
+                raise InvalidArgumentError(str(err)) from None
+        for name, kind in (("bias", Bias), ("activation", Activation), ("out_dtype", OutDType)):
+            if not isinstance(getattr(self, name), kind):
+                raise InvalidArgumentError(f"unknown {name} {getattr(self, name)!r}")
+        for name in ("batch", "stride_a", "stride_b", "stride_c"):
+            object.__setattr__(self, name, _integer(getattr(self, name), name, 0, INT64_MAX))
+        for name in ("aux", "row_scale", "col_scale", "block_scale"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        object.__setattr__(self, "beta", _alpha(self.beta, "beta"))
         if not isinstance(self.dtype, DType) or not isinstance(self.layout, Layout):
             raise InvalidArgumentError(f"unknown dtype {self.dtype!r} or layout {self.layout!r}")
         # the C struct's fields: int64 sizes and leading dims, int32 knobs
@@ -61,37 +90,47 @@ class GemmProblem:
 
     @property
     def flops(self) -> int:
-        return 2 * self.M * self.N * self.K
+        return 2 * max(self.batch, 1) * self.M * self.N * self.K
+
+    @property
+    def out(self) -> DType:
+        """The element type of D (and of C, aux and the bias)."""
+        return self.dtype.out if self.out_dtype is OutDType.DEFAULT else DType.parse(self.out_dtype.dtype_key)
 
     def required_elements(self) -> tuple:
-        """Elements that A, B and C must span (leading dimensions included)."""
+        """Elements that A, B and C must span (leading dimensions and batch strides included)."""
         a_row, b_row = self.layout.a_row, self.layout.b_row
         lda = self.lda or (self.K if a_row else self.M)
         ldb = self.ldb or (self.N if b_row else self.K)
         ldc = self.ldc or self.N
         a = (self.M - 1) * lda + self.K if a_row else (self.K - 1) * lda + self.M
         b = (self.K - 1) * ldb + self.N if b_row else (self.N - 1) * ldb + self.K
-        return a, b, (self.M - 1) * ldc + self.N
+        c = (self.M - 1) * ldc + self.N
+        extra = max(self.batch - 1, 0)
+        return a + extra * self.stride_a, b + extra * self.stride_b, c + extra * self.stride_c
 
     def to_c(self) -> _ffi.TdGemmProblem:
         return _ffi.TdGemmProblem(self.M, self.N, self.K, self.dtype.code, self.layout.code,
                                   self.lda, self.ldb, self.ldc, self.alpha, self.splits, self.raster,
-                                  self.swizzle)
+                                  self.swizzle, self.batch, self.stride_a, self.stride_b, self.stride_c,
+                                  self.beta, self.bias.code, self.activation.code, int(self.aux),
+                                  int(self.row_scale), int(self.col_scale), int(self.block_scale),
+                                  self.out_dtype.code)
 
 
 FLOAT32_MAX = 3.4028234663852886e38
 
 
-def _alpha(value) -> float:
-    """alpha as the C float it becomes: a finite real number within the float32 range."""
+def _alpha(value, what: str = "alpha") -> float:
+    """alpha (or beta) as the C float it becomes: a finite real number within the float32 range."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidArgumentError(f"alpha must be a real number, got {value!r}")
+        raise InvalidArgumentError(f"{what} must be a real number, got {value!r}")
     try:
         alpha = float(value)
     except OverflowError:
         alpha = math.inf
     if not math.isfinite(alpha) or abs(alpha) > FLOAT32_MAX:
-        raise InvalidArgumentError(f"alpha must be finite and within the float32 range, got {value!r}")
+        raise InvalidArgumentError(f"{what} must be finite and within the float32 range, got {value!r}")
     return alpha
 
 

@@ -47,6 +47,59 @@ def gemm(a, b):
     return a64 @ b64, np.abs(a64) @ np.abs(b64)
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x
+
+
+# The epilogue activations in float64 (the cpu kernels compute them in fp32).
+ACTIVATIONS = {
+    "none": lambda x: x,
+    "relu": lambda x: np.where(x < 0, 0.0, x),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+}
+
+
+def gemm_epilogue(a, b, *, alpha=1.0, beta=0.0, c=None, bias=None, bias_along="n", activation="none",
+                  row_scale=None, col_scale=None):
+    """(pre-activation, D, magnitude) in float64 for D = act(alpha * (A @ B) * row_scale *
+    col_scale + beta * C + bias), in that order (docs/abi.md). a and b may be 3-D (a batch;
+    numpy.matmul broadcasting). magnitude bounds what rounding can reach: |alpha rs cs| (|A| @
+    |B|) + |beta C| + |bias|, times 1.25 under an activation (their slopes are at most 1.13)."""
+    a64, b64 = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
+    x, mag = alpha * (a64 @ b64), abs(alpha) * (np.abs(a64) @ np.abs(b64))
+    for scale, axis in ((row_scale, -2), (col_scale, -1)):
+        if scale is not None:
+            s = np.asarray(scale, dtype=np.float64)
+            s = s[:, None] if axis == -2 else s
+            x, mag = x * s, mag * np.abs(s)
+    if c is not None and beta:
+        c64 = np.asarray(c).astype(np.float64)
+        x, mag = x + beta * c64, mag + abs(beta) * np.abs(c64)
+    if bias is not None:
+        v = np.asarray(bias).astype(np.float64)
+        v = v if bias_along == "n" else v[:, None]
+        x, mag = x + v, mag + np.abs(v)
+    d = ACTIVATIONS[activation or "none"](x)
+    return x, d, (mag if (activation or "none") == "none" else 1.25 * mag)
+
+
+def tolerance_out(out_key: str, k: int) -> float:
+    """tolerance() for an output type given by its key (fp32, fp16, bf16)."""
+    return 8.0 * UNIT_ROUNDOFF["fp32"] * math.sqrt(max(k, 1)) + UNIT_ROUNDOFF[out_key]
+
+
+def compare_out(actual, reference, magnitude, out_key: str, k: int) -> dict:
+    """compare() for an output type given by its key."""
+    actual = np.asarray(actual).astype(np.float64)
+    err = np.abs(actual - reference)
+    err = np.where(np.isnan(err), np.inf, err)
+    good = err <= tolerance_out(out_key, k) * magnitude + UNDERFLOW[out_key] + FLOOR
+    return {"accuracy": 100.0 * float(good.mean()) if good.size else 100.0,
+            "max_error": float(err.max()) if err.size else 0.0, "ok": bool(good.all())}
+
+
 def _tap_slices(tap, stride, dilation, out_size):
     return tuple(slice(f * d, f * d + (o - 1) * s + 1, s)
                  for f, s, d, o in zip(tap, stride, dilation, out_size))

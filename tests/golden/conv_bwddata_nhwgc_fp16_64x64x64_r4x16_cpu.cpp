@@ -8,6 +8,6 @@ extern const ConvKernel kernel_conv_bwddata_nhwgc_fp16_64x64x64_r4x16_cpu;
 const ConvKernel kernel_conv_bwddata_nhwgc_fp16_64x64x64_r4x16_cpu = make_kernel<ConvKernel,
     cpu::ConvKernelImpl<td::fp16_t, 1, 2, 1,
                         64, 64, 64, 4, 16>>(
-    KernelInfo{"conv_bwddata_nhwgc_fp16_64x64x64_r4x16_cpu", 0, 1, -1, -1, -1, 2, 1, 64, 64, 64, 4, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0},
+    KernelInfo{"conv_bwddata_nhwgc_fp16_64x64x64_r4x16_cpu", 0, 1, -1, -1, -1, 2, 1, 64, 64, 64, 4, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0},
     &blocked_conv_cost);
 }  // namespace td

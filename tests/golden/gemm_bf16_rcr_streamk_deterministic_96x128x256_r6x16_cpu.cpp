@@ -7,7 +7,7 @@ double blocked_gemm_cost(const KernelInfo&, const TdGemmProblem&, const CostCont
 extern const GemmKernel kernel_gemm_bf16_rcr_streamk_deterministic_96x128x256_r6x16_cpu;
 const GemmKernel kernel_gemm_bf16_rcr_streamk_deterministic_96x128x256_r6x16_cpu = make_kernel<GemmKernel,
     cpu::GemmKernelImpl<td::bf16_t, 2, 0, true, 1,
-                        96, 128, 256, 6, 16>>(
-    KernelInfo{"gemm_bf16_rcr_streamk_deterministic_96x128x256_r6x16_cpu", 0, 2, 0, 1, 1, 0, -1, 96, 128, 256, 6, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0},
+                        96, 128, 256, 6, 16, 0>>(
+    KernelInfo{"gemm_bf16_rcr_streamk_deterministic_96x128x256_r6x16_cpu", 0, 2, 0, 1, 1, 0, -1, 96, 128, 256, 6, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0},
     &blocked_gemm_cost);
 }  // namespace td

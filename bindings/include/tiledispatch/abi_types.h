@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define TD_ABI_VERSION 4
+#define TD_ABI_VERSION 5
 
 /* Status codes of every call. */
 enum td_status {
@@ -60,6 +60,48 @@ enum td_reduction {
 };
 #define TD_REDUCTION_COUNT 2
 
+/* The activation of a GEMM epilogue: GELU is the erf form, GELU_TANH the tanh approximation. */
+enum td_activation {
+    TD_ACT_NONE = 0,
+    TD_ACT_RELU = 1,
+    TD_ACT_GELU = 2,
+    TD_ACT_GELU_TANH = 3,
+    TD_ACT_SILU = 4,
+};
+#define TD_ACTIVATION_COUNT 5
+
+/* A GEMM epilogue's bias vector: none, one value per column (N), one per row (M). */
+enum td_bias {
+    TD_BIAS_NONE = 0,
+    TD_BIAS_N = 1,
+    TD_BIAS_M = 2,
+};
+#define TD_BIAS_COUNT 3
+
+/* The element type of D, C and aux: DEFAULT is the input type's output (fp32 for fp32, fp16 for fp16, bf16 otherwise). */
+enum td_out_dtype {
+    TD_OUT_DEFAULT = 0,
+    TD_OUT_FP32 = 1,
+    TD_OUT_FP16 = 2,
+    TD_OUT_BF16 = 3,
+};
+#define TD_OUT_DTYPE_COUNT 4
+
+/* What a GEMM kernel implements beyond D = alpha * A * B (KernelInfo.features, a bit mask; TD_FEATURE_ALL: every bit). */
+enum td_feature {
+    TD_FEATURE_BETA = 1,
+    TD_FEATURE_BIAS_N = 2,
+    TD_FEATURE_BIAS_M = 4,
+    TD_FEATURE_ACTIVATION = 8,
+    TD_FEATURE_AUX = 16,
+    TD_FEATURE_ROW_SCALE = 32,
+    TD_FEATURE_COL_SCALE = 64,
+    TD_FEATURE_OUT_DTYPE = 128,
+    TD_FEATURE_BATCH = 256,
+    TD_FEATURE_BLOCK_SCALE = 512,
+};
+#define TD_FEATURE_ALL 1023
+
 /* Kernel families (KernelInfo.family; registry.json names them). */
 enum td_family {
     TD_FAMILY_BLOCKED = 0,
@@ -80,7 +122,7 @@ enum td_family {
 };
 #define TD_FAMILY_COUNT 15
 
-/* C = alpha * A(MxK) * B(KxN). */
+/* D = act(alpha * (A(MxK) * B(KxN)) * row_scale * col_scale + beta * C + bias), in that order; every field after swizzle 0 is the plain product (docs/abi.md). */
 typedef struct TdGemmProblem {
     int64_t M;
     int64_t N;
@@ -94,7 +136,44 @@ typedef struct TdGemmProblem {
     int32_t splits;  /* cpu stream-K: workers (0 = one per thread); cuda stream-K and split-K: the split count (0 = the kernel's choice) */
     int32_t raster;  /* cuda tile order: 0 heuristic, 1 along M, 2 along N (cpu: ignored) */
     int32_t swizzle;  /* cuda tile swizzle: 0 default (1), or 1, 2, 4, 8 (cpu: ignored) */
+    int64_t batch;  /* GEMMs in the batch; 0 or 1: one (TD_FEATURE_BATCH above 1) */
+    int64_t stride_a;  /* elements between the batch's matrices of A; 0: A broadcast */
+    int64_t stride_b;  /* the same for B; 0: B broadcast */
+    int64_t stride_c;  /* the same for D, C and aux (at least one matrix's span when batch > 1) */
+    float beta;  /* D = ... + beta * C; 0: C is not read */
+    int32_t bias;  /* enum td_bias */
+    int32_t activation;  /* enum td_activation */
+    int32_t aux;  /* 1: the pre-activation value is written to aux too */
+    int32_t row_scale;  /* 1: the product times row_scale[i] (M floats) */
+    int32_t col_scale;  /* 1: the product times col_scale[j] (N floats) */
+    int32_t block_scale;  /* 1: fp8 block-wise scales: scale_a (M x ceil(K/128)) per 1x128 block of A, scale_b (ceil(K/128) x ceil(N/128)) per 128x128 block of B */
+    int32_t out_dtype;  /* enum td_out_dtype */
 } TdGemmProblem;
+
+/* The operands of a GEMM's epilogue and scales that the problem's fields ask for (others NULL). */
+typedef struct TdGemmEpilogue {
+    const void* c;  /* beta's C: D's type and layout (ldc, stride_c); may be D itself */
+    const void* bias;  /* D's type; N or M values */
+    void* aux;  /* the pre-activation: D's type and layout */
+    const float* row_scale;  /* M floats */
+    const float* col_scale;  /* N floats */
+    const float* scale_a;  /* block_scale: M x ceil(K/128) floats, row-major */
+    const float* scale_b;  /* block_scale: ceil(K/128) x ceil(N/128) floats, row-major */
+} TdGemmEpilogue;
+
+/* One GEMM of a grouped call: its sizes and operands; the rest comes from the call's problem. */
+typedef struct TdGemmGroup {
+    int64_t M;  /* 0: the group is skipped */
+    int64_t N;
+    int64_t K;
+    int64_t lda;  /* 0: packed */
+    int64_t ldb;
+    int64_t ldc;
+    const void* a;
+    const void* b;
+    void* d;
+    TdGemmEpilogue epilogue;  /* this group's epilogue operands */
+} TdGemmGroup;
 
 /* The reference system's convolution problem. 1D problems use the *_w fields, 2D *_h and *_w; unused dims are 1 (pad 0). */
 typedef struct ConvProblemC {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "tiledispatch/kernel_info.hpp"
 #include "tiledispatch/tiledispatch.h"
@@ -30,6 +31,10 @@ using ConvCostFn = double (*)(const KernelInfo& k, const TdConvProblem& p, const
 
 // supports(): TD_OK, or TD_UNSUPPORTED with the reason in *why.
 // run(): TD_OK, TD_REJECTED (arguments the kernel cannot take) or TD_ERROR.
+// run_ex(): run() with the epilogue's operands (TdGemmEpilogue); nullptr for a family whose
+// kernels implement no feature (KernelInfo.features 0): those run through run().
+using GemmRunExFn = int (*)(const TdGemmProblem& p, const void* a, const void* b, void* d,
+                            const TdGemmEpilogue& ep, void* workspace, size_t workspace_bytes, void* stream);
 struct GemmKernel {
     KernelInfo info;
     int (*supports)(const TdGemmProblem& p, std::string* why);
@@ -37,7 +42,45 @@ struct GemmKernel {
     int (*run)(const TdGemmProblem& p, const void* a, const void* b, void* c, void* workspace,
                size_t workspace_bytes, void* stream);
     GemmCostFn cost;
+    GemmRunExFn run_ex;
 };
+
+// The TD_FEATURE_* bits a GEMM problem needs: what a kernel must implement to run it.
+inline int gemm_features(const TdGemmProblem& p) {
+    const bool default_out = p.out_dtype == TD_OUT_DEFAULT ||
+                             (p.out_dtype == TD_OUT_FP32 && p.dtype == TD_FP32) ||
+                             (p.out_dtype == TD_OUT_FP16 && p.dtype == TD_FP16) ||
+                             (p.out_dtype == TD_OUT_BF16 && p.dtype != TD_FP32 && p.dtype != TD_FP16);
+    int f = 0;
+    if (p.beta != 0.0f) f |= TD_FEATURE_BETA;
+    if (p.bias == TD_BIAS_N) f |= TD_FEATURE_BIAS_N;
+    if (p.bias == TD_BIAS_M) f |= TD_FEATURE_BIAS_M;
+    if (p.activation != TD_ACT_NONE) f |= TD_FEATURE_ACTIVATION;
+    if (p.aux) f |= TD_FEATURE_AUX;
+    if (p.row_scale) f |= TD_FEATURE_ROW_SCALE;
+    if (p.col_scale) f |= TD_FEATURE_COL_SCALE;
+    if (!default_out) f |= TD_FEATURE_OUT_DTYPE;
+    if (p.batch > 1) f |= TD_FEATURE_BATCH;
+    if (p.block_scale) f |= TD_FEATURE_BLOCK_SCALE;
+    return f;
+}
+
+// A kernel's answer for a problem, the one selection and the tuning tables ask: the features the
+// problem needs that the kernel's KernelInfo.features lacks are refused here, for every backend,
+// before the family's supports() sees the problem (a family never has to know of them).
+inline int kernel_supports(const GemmKernel& k, const TdGemmProblem& p, std::string* why) {
+    const int missing = gemm_features(p) & ~k.info.features;
+    if (missing) {
+        static const char* const names[] = {"beta * C", "bias along N", "bias along M", "activation", "aux output",
+                                            "row scale", "column scale", "output dtype", "batch", "block-wise scale"};
+        *why = "this kernel implements no ";
+        bool first = true;
+        for (int bit = 0; bit < 10; ++bit)
+            if (missing & (1 << bit)) *why += (first ? "" : ", ") + std::string(names[bit]), first = false;
+        return TD_UNSUPPORTED;
+    }
+    return k.supports(p, why);
+}
 
 struct ConvKernel {
     KernelInfo info;
@@ -48,14 +91,29 @@ struct ConvKernel {
     ConvCostFn cost;
 };
 
+inline int kernel_supports(const ConvKernel& k, const TdConvProblem& p, std::string* why) { return k.supports(p, why); }
+
 // One registered kernel: a family template's static supports / workspace_size / run, the
 // variant's KernelInfo and the family's cost function (the generated source of each variant
 // calls this; python/tiledispatch/codegen/frame.py). Not constexpr: in HIP a
 // constant-initialized namespace-scope const is implicitly __constant__, which would drag the
 // host functions into the device link.
+// A GEMM family template's run_ex where it has one (else nullptr).
+template <class Impl, class = void>
+struct RunExOf {
+    static constexpr GemmRunExFn value = nullptr;
+};
+template <class Impl>
+struct RunExOf<Impl, std::void_t<decltype(&Impl::run_ex)>> {
+    static constexpr GemmRunExFn value = &Impl::run_ex;
+};
+
 template <class Kernel, class Impl, class CostFn>
 inline Kernel make_kernel(const KernelInfo& info, CostFn cost) {
-    return Kernel{info, &Impl::supports, &Impl::workspace_size, &Impl::run, cost};
+    if constexpr (std::is_same_v<Kernel, GemmKernel>)
+        return Kernel{info, &Impl::supports, &Impl::workspace_size, &Impl::run, cost, RunExOf<Impl>::value};
+    else
+        return Kernel{info, &Impl::supports, &Impl::workspace_size, &Impl::run, cost};
 }
 
 // Provided by the generated registration table of each library.

@@ -41,6 +41,7 @@ struct KernelInfo {
     int32_t split;  // implicit bwd_weight: batch slices at most (1: none)
     int32_t named_only;  // 1: never picked, run only when named (a less precise contract)
     int32_t vendor;  // 1: a vendor library's kernel (cudnn, cublaslt): left out of selection when TdOptions.vendor is 0
+    int32_t features;  // gemm: enum td_feature bits the kernel implements (0: D = alpha * A * B alone)
 };
 
 }  // namespace td

@@ -98,6 +98,20 @@ TD_API int td_gemm_run(const TdGemmProblem* p, const char* kernel, const void* A
 TD_API int td_gemm_launch(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
                           void* C, void* stream);
 
+/* td_gemm_run with the epilogue's operands: D = act(alpha * (A * B) * row_scale * col_scale +
+ * beta * C + bias) as the problem's fields say (docs/abi.md gives the order); epilogue NULL
+ * where the problem asks for no operand. C may be D itself (in-place accumulation). A kernel
+ * lacking a feature the problem needs (KernelInfo.features) is never chosen. */
+TD_API int td_gemm_run_ex(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* D,
+                          const TdGemmEpilogue* epilogue, void* workspace, size_t workspace_bytes, void* stream,
+                          float* time_ms);
+
+/* count GEMMs in one call (grouped GEMM, mixture-of-experts): each group's sizes, leading
+ * dimensions and operands; dtype, layout, alpha, beta and the epilogue fields from p (its
+ * sizes and batch are not read; batch must be 0 or 1). A group of M 0 is skipped. */
+TD_API int td_gemm_grouped_run(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups, int64_t count,
+                               void* stream, float* time_ms);
+
 /* Host pointers: copied to the device, run, C copied back (on cpu: td_gemm_run). */
 TD_API int td_gemm_run_host(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,
                             void* C, float* time_ms);

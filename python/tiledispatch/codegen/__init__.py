@@ -9,13 +9,13 @@ from .configs import ConvKernelConfig, GemmKernelConfig, config_from_name
 from .families import Blocked as CpuKnobs  # the cpu family's knobs: the register micro tile
 from .manifest import Expansion, Manifest, expand, load_manifest, matches, parse_manifest
 from .model import (
-    ABI_VERSION, KNOWN_TARGETS, SCHEMA_VERSION, Backend, ConvLayout, Direction, DType, GemmVariant, Layout,
-    Reduction, backend_of,
+    ABI_VERSION, KNOWN_TARGETS, SCHEMA_VERSION, Activation, Backend, Bias, ConvLayout, Direction, DType, Feature,
+    GemmVariant, Layout, OutDType, Reduction, backend_of,
 )
 from .yamlsrc import ManifestError
 
 __all__ = [
-    "ABI_VERSION", "KNOWN_TARGETS", "SCHEMA_VERSION", "Backend", "ConvKernelConfig", "ConvLayout",
+    "ABI_VERSION", "KNOWN_TARGETS", "SCHEMA_VERSION", "Activation", "Backend", "Bias", "Feature", "OutDType", "ConvKernelConfig", "ConvLayout",
     "CpuKnobs", "DType", "Direction", "Expansion", "GemmKernelConfig", "GemmVariant", "Layout",
     "Manifest", "ManifestError", "Reduction", "backend_of", "config_from_name", "expand", "families",
     "load_manifest", "matches", "parse_manifest",

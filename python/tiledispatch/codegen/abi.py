@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import ctypes
 
-from .model import ABI_VERSION, Direction, DType, GemmVariant, Layout, Reduction
+from .model import ABI_VERSION, Activation, Bias, Direction, DType, Feature, GemmVariant, Layout, OutDType, Reduction
 
 # C type -> ctypes type
-CTYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "int": ctypes.c_int, "float": ctypes.c_float}
+CTYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "int": ctypes.c_int, "float": ctypes.c_float,
+          "const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "const float*": ctypes.c_void_p}
 
 STATUS = (("TD_OK", 0, "success"),
           ("TD_ERROR", -1, "bad argument, device error, exception caught at the boundary"),
@@ -39,6 +40,16 @@ ENUMS = (
      "GEMM variants: data-parallel tiles, stream-K, split-K through the batch."),
     ("td_reduction", "TD_REDUCTION_COUNT", _enum("TD_REDUCTION_", Reduction),
      "How stream-K combines the partial tiles of a split output tile."),
+    ("td_activation", "TD_ACTIVATION_COUNT", _enum("TD_ACT_", Activation),
+     "The activation of a GEMM epilogue: GELU is the erf form, GELU_TANH the tanh approximation."),
+    ("td_bias", "TD_BIAS_COUNT", _enum("TD_BIAS_", Bias),
+     "A GEMM epilogue's bias vector: none, one value per column (N), one per row (M)."),
+    ("td_out_dtype", "TD_OUT_DTYPE_COUNT", _enum("TD_OUT_", OutDType),
+     "The element type of D, C and aux: DEFAULT is the input type's output (fp32 for fp32, fp16 for fp16, "
+     "bf16 otherwise)."),
+    ("td_feature", "TD_FEATURE_ALL", _enum("TD_FEATURE_", Feature),
+     "What a GEMM kernel implements beyond D = alpha * A * B (KernelInfo.features, a bit mask; "
+     "TD_FEATURE_ALL: every bit)."),
 )
 
 # (struct, ((field, C type, comment), ...), comment)
@@ -54,7 +65,36 @@ STRUCTS = (
                               "the split count (0 = the kernel's choice)"),
         ("raster", "int32_t", "cuda tile order: 0 heuristic, 1 along M, 2 along N (cpu: ignored)"),
         ("swizzle", "int32_t", "cuda tile swizzle: 0 default (1), or 1, 2, 4, 8 (cpu: ignored)"),
-    ), "C = alpha * A(MxK) * B(KxN)."),
+        ("batch", "int64_t", "GEMMs in the batch; 0 or 1: one (TD_FEATURE_BATCH above 1)"),
+        ("stride_a", "int64_t", "elements between the batch's matrices of A; 0: A broadcast"),
+        ("stride_b", "int64_t", "the same for B; 0: B broadcast"),
+        ("stride_c", "int64_t", "the same for D, C and aux (at least one matrix's span when batch > 1)"),
+        ("beta", "float", "D = ... + beta * C; 0: C is not read"),
+        ("bias", "int32_t", "enum td_bias"),
+        ("activation", "int32_t", "enum td_activation"),
+        ("aux", "int32_t", "1: the pre-activation value is written to aux too"),
+        ("row_scale", "int32_t", "1: the product times row_scale[i] (M floats)"),
+        ("col_scale", "int32_t", "1: the product times col_scale[j] (N floats)"),
+        ("block_scale", "int32_t", "1: fp8 block-wise scales: scale_a (M x ceil(K/128)) per 1x128 block of A, "
+                                   "scale_b (ceil(K/128) x ceil(N/128)) per 128x128 block of B"),
+        ("out_dtype", "int32_t", "enum td_out_dtype"),
+    ), "D = act(alpha * (A(MxK) * B(KxN)) * row_scale * col_scale + beta * C + bias), in that order; "
+       "every field after swizzle 0 is the plain product (docs/abi.md)."),
+    ("TdGemmEpilogue", (
+        ("c", "const void*", "beta's C: D's type and layout (ldc, stride_c); may be D itself"),
+        ("bias", "const void*", "D's type; N or M values"),
+        ("aux", "void*", "the pre-activation: D's type and layout"),
+        ("row_scale", "const float*", "M floats"),
+        ("col_scale", "const float*", "N floats"),
+        ("scale_a", "const float*", "block_scale: M x ceil(K/128) floats, row-major"),
+        ("scale_b", "const float*", "block_scale: ceil(K/128) x ceil(N/128) floats, row-major"),
+    ), "The operands of a GEMM's epilogue and scales that the problem's fields ask for (others NULL)."),
+    ("TdGemmGroup", (
+        ("M", "int64_t", "0: the group is skipped"), ("N", "int64_t", ""), ("K", "int64_t", ""),
+        ("lda", "int64_t", "0: packed"), ("ldb", "int64_t", ""), ("ldc", "int64_t", ""),
+        ("a", "const void*", ""), ("b", "const void*", ""), ("d", "void*", ""),
+        ("epilogue", "TdGemmEpilogue", "this group's epilogue operands"),
+    ), "One GEMM of a grouped call: its sizes and operands; the rest comes from the call's problem."),
     ("ConvProblemC", tuple((name, "int", comment) for name, comment in (
         ("N", ""), ("G", ""), ("C", "input channels per group"), ("K", "output channels per group"),
         ("input_d", ""), ("input_h", ""), ("input_w", ""),
@@ -117,6 +157,7 @@ KERNEL_INFO = (
     ("named_only", "1: never picked, run only when named (a less precise contract)"),
     ("vendor", "1: a vendor library's kernel (cudnn, cublaslt): left out of selection when "
                "TdOptions.vendor is 0"),
+    ("features", "gemm: enum td_feature bits the kernel implements (0: D = alpha * A * B alone)"),
 )
 KERNEL_INFO_DEFAULTS = {"layout": -1, "variant": -1, "reduction": -1, "ndim": 0, "direction": -1,
                         "split": 1, "promote": 1}
@@ -145,7 +186,10 @@ def render_c_types(families) -> str:
         out.append(f"enum {name} {{")
         out += [f"    {member} = {value}," for member, value in members]
         out.append("};")
-        out.append(f"#define {count} {max(v for _, v in members) + 1}")
+        if count.endswith("_ALL"):  # a mask's every bit
+            out.append(f"#define {count} {sum(v for _, v in members)}")
+        else:
+            out.append(f"#define {count} {max(v for _, v in members) + 1}")
         out.append("")
     for name, fields, text in STRUCTS:
         out.append(f"/* {text} */")

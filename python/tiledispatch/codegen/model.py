@@ -8,7 +8,7 @@ import enum
 import re
 
 SCHEMA_VERSION = 1
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 
 def _lookup(cls, text: str, what: str, fields=("key",)):
@@ -123,6 +123,79 @@ class Reduction(enum.Enum):
     @classmethod
     def parse(cls, text: str) -> "Reduction":
         return _lookup(cls, text, "reduction")
+
+
+class Activation(enum.Enum):
+    """The activation of a GEMM epilogue (TdGemmProblem.activation)."""
+
+    NONE = ("none", 0)
+    RELU = ("relu", 1)
+    GELU = ("gelu", 2)            # x * Phi(x), the erf form
+    GELU_TANH = ("gelu_tanh", 3)  # the tanh approximation
+    SILU = ("silu", 4)            # x * sigmoid(x)
+
+    def __init__(self, key, code):
+        self.key = key
+        self.code = code
+
+    @classmethod
+    def parse(cls, text: str) -> "Activation":
+        return _lookup(cls, text, "activation")
+
+
+class Bias(enum.Enum):
+    """Where a GEMM epilogue's bias vector runs (TdGemmProblem.bias): one value per column
+    (length N) or per row (length M)."""
+
+    NONE = ("none", 0)
+    N = ("n", 1)
+    M = ("m", 2)
+
+    def __init__(self, key, code):
+        self.key = key
+        self.code = code
+
+    @classmethod
+    def parse(cls, text: str) -> "Bias":
+        return _lookup(cls, text, "bias direction")
+
+
+class OutDType(enum.Enum):
+    """The element type of a GEMM's D (TdGemmProblem.out_dtype): DEFAULT is the input type's
+    (DType.out)."""
+
+    DEFAULT = ("default", 0, None)
+    FP32 = ("fp32", 1, "fp32")
+    FP16 = ("fp16", 2, "fp16")
+    BF16 = ("bf16", 3, "bf16")
+
+    def __init__(self, key, code, dtype_key):
+        self.key = key
+        self.code = code
+        self.dtype_key = dtype_key
+
+    @classmethod
+    def parse(cls, text: str) -> "OutDType":
+        return _lookup(cls, text, "output dtype")
+
+
+class Feature(enum.Enum):
+    """What a GEMM kernel implements beyond C = alpha * A * B (KernelInfo.features, bits)."""
+
+    BETA = ("beta * C", 1)
+    BIAS_N = ("bias along N", 2)
+    BIAS_M = ("bias along M", 4)
+    ACTIVATION = ("activation", 8)      # every one of Activation
+    AUX = ("aux output", 16)
+    ROW_SCALE = ("row scale", 32)
+    COL_SCALE = ("column scale", 64)
+    OUT_DTYPE = ("output dtype", 128)   # fp32, fp16 and bf16 D for any input type
+    BATCH = ("batch", 256)              # batch > 1 with batch strides
+    BLOCK_SCALE = ("block-wise scale", 512)  # fp8 block-wise scales (1x128 A, 128x128 B)
+
+    def __init__(self, key, code):
+        self.key = key
+        self.code = code
 
 
 class Direction(enum.Enum):

@@ -1,0 +1,466 @@
+"""The GEMM features beyond C = alpha * A @ B on numpy arrays: fused epilogues, batches, fp8
+row-wise and block-wise scales (`td.gemm`'s extra arguments) and grouped GEMM
+(`td.grouped_gemm`). Implemented by the cpu kernels built with `fusion: generic`; every other
+kernel refuses these problems (KernelInfo.features), so none is ever silently ignored.
+
+D = act(alpha * (A @ B) * row_scale[i] * col_scale[j] + beta * C + bias), in that order, in
+fp32; the order and the element types are in docs/abi.md.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import _ffi, selection
+from .arrays import dtype_of, is_device_array, ld_in_order, numpy_dtype, pointer
+from .codegen import Activation, Bias, DType, Layout, OutDType
+from .dispatcher import Dispatcher
+from .errors import InvalidArgumentError, UnsupportedProblemError
+from .problems import GemmProblem, _alpha
+
+SCALE_BLOCK = 128  # block-wise scales: 1 x 128 blocks of A, 128 x 128 blocks of B
+OUT_TYPES = (DType.FP32, DType.FP16, DType.BF16)
+
+
+_DISPATCHERS: dict = {}
+
+
+def _dispatcher(target) -> Dispatcher:
+    """The gemm Dispatcher of a target (None: this machine's default), made once."""
+    if target not in _DISPATCHERS:
+        _DISPATCHERS[target] = Dispatcher("gemm", target)
+    return _DISPATCHERS[target]
+
+
+def _out_type(out_dtype, dtype: DType) -> tuple[OutDType, DType]:
+    """(the problem's out_dtype, the DType of D) from td.gemm's out_dtype argument."""
+    if out_dtype is None:
+        return OutDType.DEFAULT, dtype.out
+    if isinstance(out_dtype, str):
+        try:
+            key = DType.parse(out_dtype)
+        except ValueError:
+            key = None
+    else:
+        try:
+            key = next((d for d in OUT_TYPES if np.dtype(out_dtype) == numpy_dtype(d)), None)
+        except TypeError:
+            key = None
+    if key not in OUT_TYPES:
+        raise InvalidArgumentError(f"out_dtype must be fp32, fp16 or bf16 (or their numpy types), got {out_dtype!r}")
+    return OutDType.parse(key.key), key
+
+
+def _matrices(x: np.ndarray, order: str):
+    """(array, ld, batch stride) of a 2-D or 3-D operand read in row ('r') or column ('c') order
+    per matrix, copied only where its strides do not allow that; batch stride 0 where the
+    operand is 2-D or its batch dimension is 1 (broadcast)."""
+    item = x.itemsize
+    if x.ndim == 2:
+        ld = ld_in_order(x, order)
+        if ld is None:
+            x = np.ascontiguousarray(x) if order == "r" else np.asfortranarray(x)
+            ld = ld_in_order(x, order)
+        return x, ld, 0
+    ld = ld_in_order(x[0], order)
+    s0 = x.strides[0]
+    if ld is None or (x.shape[0] > 1 and (s0 < 0 or s0 % item)):
+        x = np.ascontiguousarray(x) if order == "r" else np.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)
+        ld = ld_in_order(x[0], order)
+        s0 = x.strides[0]
+    return x, ld, (s0 // item if x.shape[0] > 1 else 0)
+
+
+def _no_matrix_broadcast(name: str, x: np.ndarray) -> None:
+    """A zero stride is allowed along the batch dimension only (A or B shared by the batch)."""
+    dims = x.shape[-2:], x.strides[-2:]
+    if any(n > 1 and st == 0 for n, st in zip(*dims)):
+        raise InvalidArgumentError(f"{name} has a zero stride inside its matrices (a broadcast array, shape "
+                                   f"{x.shape}): materialize it first with np.ascontiguousarray if that is intended")
+
+
+def _vector(name: str, value, length: int, what: str, dtype=None) -> np.ndarray:
+    """A 1-D contiguous vector of `length` values (float32 unless dtype is given)."""
+    x = np.asarray(value)
+    if x.ndim == 2 and 1 in x.shape:
+        x = x.reshape(-1)
+    if x.ndim != 1 or x.shape[0] != length:
+        raise InvalidArgumentError(f"{name} has shape {x.shape}; it needs {length} values ({what})")
+    if dtype is None:
+        if x.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must hold real numbers, got {x.dtype}")
+        return np.ascontiguousarray(x, dtype=np.float32)
+    if x.dtype != dtype:
+        raise TypeError(f"{name} holds {x.dtype}; it must be {dtype} (the output type)")
+    return np.ascontiguousarray(x)
+
+
+def _overlaps(x, y) -> bool:
+    return isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and np.may_share_memory(x, y) \
+        and np.shares_memory(x, y)
+
+
+def _output(name: str, given, shape, dtype: DType, reads: dict) -> np.ndarray:
+    """A written array (out or aux): given (checked) or new; row-major matrices."""
+    want = numpy_dtype(dtype)
+    if given is None:
+        try:
+            return np.empty(shape, dtype=want)
+        except MemoryError:
+            raise InvalidArgumentError(f"{name} {tuple(shape)} {want}: out of host memory") from None
+    if not isinstance(given, np.ndarray) or given.shape != tuple(shape) or given.dtype != want:
+        raise InvalidArgumentError(f"{name} must be a {tuple(shape)} {want} numpy array, got "
+                                   f"{getattr(given, 'shape', None)} {getattr(given, 'dtype', type(given).__name__)}")
+    if not given.flags.writeable:
+        raise InvalidArgumentError(f"{name} is read-only: pass a writeable array")
+    for other, array in reads.items():
+        if _overlaps(given, array):
+            raise InvalidArgumentError(f"{name} overlaps {other}: pass a separate array")
+    return given
+
+
+def _like(name: str, given, out: np.ndarray) -> np.ndarray:
+    """An array laid out as `out` (the ABI reads C and writes aux with D's ldc and batch
+    stride): `given` where it already is (or is out itself), else a copy broadcast to out's shape."""
+    if given.shape == out.shape and given.strides == out.strides:
+        return given
+    copy = np.empty_like(out)
+    try:
+        copy[...] = given
+    except ValueError:
+        raise InvalidArgumentError(f"{name} of shape {given.shape} does not broadcast to the output {out.shape}") from None
+    return copy
+
+
+def _scales(scale_a, scale_b, M: int, N: int, K: int, batched: bool):
+    """fp8 scales as (alpha factor, row scales, column scales, block scales (a, b) or None).
+    Per-tensor: scalars; row-wise: scale_a (M,) or (M, 1) and scale_b (N,) or (1, N);
+    block-wise (1x128 for A, 128x128 for B): scale_a (M, ceil(K/128)), scale_b (ceil(K/128), ceil(N/128))."""
+    factor, rows, cols, block = 1.0, None, None, None
+    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
+    sa = None if scale_a is None else np.asarray(scale_a)
+    sb = None if scale_b is None else np.asarray(scale_b)
+    for name, s in (("scale_a", sa), ("scale_b", sb)):
+        if s is not None and s.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must hold real numbers, got {s.dtype}")
+    if sa is not None and sb is not None and sa.shape == (M, kb) and sb.shape == (kb, nb) \
+            and not (sb.size == N and sb.shape in ((N,), (1, N)) and sa.size == M):
+        if batched:
+            raise InvalidArgumentError("block-wise scales take one GEMM, not a batch")
+        return 1.0, None, None, (np.ascontiguousarray(sa, dtype=np.float32), np.ascontiguousarray(sb, dtype=np.float32))
+    for name, s, length, what in (("scale_a", sa, M, "one per row of A (M)"), ("scale_b", sb, N, "one per column of B (N)")):
+        if s is None:
+            continue
+        if s.size == 1 and s.ndim <= 2 and length != 1:
+            factor *= _alpha(float(s.reshape(-1)[0]), name)
+            continue
+        if s.size != length or (s.ndim == 2 and s.shape not in ((length, 1), (1, length))) or s.ndim > 2:
+            raise InvalidArgumentError(
+                f"{name} has shape {s.shape}: a scalar (per tensor), {length} values ({what}, row-wise), or with the "
+                f"other scale the block-wise shapes scale_a ({M}, {kb}) and scale_b ({kb}, {nb})")
+        vector = np.ascontiguousarray(s.reshape(-1), dtype=np.float32)
+        if name == "scale_a":
+            rows = vector
+        else:
+            cols = vector
+    return factor, rows, cols, block
+
+
+def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=None, beta=None, bias=None,
+         bias_along="n", activation=None, aux=None, return_aux=False, row_scale=None, col_scale=None,
+         scale_a=None, scale_b=None, out_dtype=None):
+    """td.gemm with its extra arguments (see td.gemm's docstring); numpy arrays."""
+    if any(is_device_array(x) for x in (a, b, out, c, bias, aux, row_scale, col_scale, scale_a, scale_b)):
+        raise UnsupportedProblemError(
+            "fused epilogues, batches and fp8 row-wise or block-wise scales run on the cpu target (numpy arrays); "
+            "no GPU kernel implements them yet")
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim not in (2, 3) or b.ndim not in (2, 3):
+        raise InvalidArgumentError(f"gemm takes 2-D or 3-D (batched) operands, got shapes {a.shape} and {b.shape}")
+    dtype = dtype_of(a)
+    if dtype_of(b) is not dtype:
+        raise TypeError(f"A and B must share an element type, got {a.dtype} and {b.dtype}")
+    batched = a.ndim == 3 or b.ndim == 3
+    batches = [x.shape[0] for x in (a, b) if x.ndim == 3]
+    batch = max(batches) if batches else 1
+    if any(n not in (1, batch) for n in batches):
+        raise InvalidArgumentError(f"batch sizes differ: A is {a.shape}, B is {b.shape} (each must be {batch} or 1)")
+    (M, K), (K2, N) = a.shape[-2:], b.shape[-2:]
+    if K != K2:
+        raise InvalidArgumentError(f"inner dimensions differ: A is {a.shape}, B is {b.shape}")
+    if 0 in a.shape or 0 in b.shape:
+        raise InvalidArgumentError(f"M, N, K and the batch must be positive, got A {a.shape} and B {b.shape}")
+    _no_matrix_broadcast("a", a)
+    _no_matrix_broadcast("b", b)
+    alpha = _alpha(alpha)
+    if beta is not None and c is None:
+        raise InvalidArgumentError("beta needs c (D = ... + beta * C)")
+    beta = 0.0 if c is None else _alpha(1.0 if beta is None else beta, "beta")
+    if bias_along not in ("n", "m"):
+        raise InvalidArgumentError(f"bias_along must be 'n' (one value per column) or 'm' (per row), got {bias_along!r}")
+    try:
+        act = Activation.parse(activation) if isinstance(activation, str) else (
+            Activation.NONE if activation is None else None)
+    except ValueError as err:
+        raise InvalidArgumentError(str(err)) from None
+    if act is None:
+        raise InvalidArgumentError(f"activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got {activation!r}")
+    if not isinstance(return_aux, (bool, np.bool_)):
+        raise InvalidArgumentError(f"return_aux must be True or False, got {return_aux!r}")
+    out_code, out_type = _out_type(out_dtype, dtype)
+    factor, rows_fp8, cols_fp8, block = _scales(scale_a, scale_b, M, N, K, batched)
+    if rows_fp8 is not None and row_scale is not None or cols_fp8 is not None and col_scale is not None:
+        raise InvalidArgumentError("give row-wise scales once: scale_a/scale_b or row_scale/col_scale, not both")
+    rows = rows_fp8 if rows_fp8 is not None else (
+        None if row_scale is None else _vector("row_scale", row_scale, M, "one per row of D (M)"))
+    cols = cols_fp8 if cols_fp8 is not None else (
+        None if col_scale is None else _vector("col_scale", col_scale, N, "one per column of D (N)"))
+    out_np = numpy_dtype(out_type)
+    bias_vec = None
+    if bias is not None:
+        length, what = (N, "bias_along='n': one per column (N)") if bias_along == "n" else (M, "bias_along='m': one per row (M)")
+        bias_vec = _vector("bias", bias, length, what, out_np)
+    shape = (batch, M, N) if batched else (M, N)
+    inputs = {"a": a, "b": b}
+    out = _output("out", out, shape, out_type, inputs)
+    c_arr = None
+    if c is not None:
+        c = np.asarray(c)
+        if c.dtype != out_np:
+            raise TypeError(f"c holds {c.dtype}; it must be {out_np} (the output type)")
+        if _overlaps(c, out) and not (c.shape == out.shape and c.strides == out.strides and pointer(c) == pointer(out)):
+            raise InvalidArgumentError("c overlaps out without being out itself: in-place accumulation takes c=out")
+        c_arr = _like("c", c, out)
+    want_aux = aux is not None or bool(return_aux)
+    aux_arr = None
+    if want_aux:
+        aux_arr = _output("aux", aux, shape, out_type, {**inputs, "out": out, **({"c": c} if c is not None else {})})
+    matrix_out = out[0] if batched else out
+    if matrix_out.shape[1] > 1 and matrix_out.strides[1] != matrix_out.itemsize or \
+            matrix_out.shape[0] > 1 and matrix_out.strides[0] < matrix_out.shape[1] * matrix_out.itemsize or \
+            matrix_out.strides[0] % matrix_out.itemsize:
+        raise InvalidArgumentError("out must be row-major with unit column stride")
+    ldc = matrix_out.strides[0] // matrix_out.itemsize if M > 1 else N
+    stride_c = 0
+    if batched:
+        s0 = out.strides[0]
+        if batch > 1 and (s0 % out.itemsize or s0 // out.itemsize < (M - 1) * ldc + N):
+            raise InvalidArgumentError("out's matrices must not overlap (a batch stride of at least one matrix)")
+        stride_c = s0 // out.itemsize if batch > 1 else 0
+    if aux_arr is not None and aux_arr.strides != out.strides:
+        raise InvalidArgumentError(f"aux must be laid out as out (strides {out.strides}), got {aux_arr.strides}")
+
+    d = _dispatcher(target)
+    if layout is not None:
+        try:
+            candidates = [layout if isinstance(layout, Layout) else Layout.parse(layout)]
+        except (ValueError, TypeError):
+            raise InvalidArgumentError(f"layout must be one of rcr, rrr, crr, ccr, got {layout!r}") from None
+    else:
+        natural = Layout.parse(("r" if _order(a) != "c" else "c") + ("r" if _order(b) == "r" else "c") + "r")
+        candidates = [natural] + [lay for lay in Layout if lay is not natural]
+    if kernel is not None:
+        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", None)
+        named = [k for k in d.kernels if k.name == name]
+        if named and layout is None:
+            candidates = [named[0].layout]
+    epilogue = {"c": c_arr, "bias": bias_vec, "aux": aux_arr, "row_scale": rows, "col_scale": cols,
+                "scale_a": block[0] if block else None, "scale_b": block[1] if block else None}
+    last_error = None
+    for lay in candidates:
+        a_use, lda, stride_a = _matrices(a, "r" if lay.a_row else "c")
+        b_use, ldb, stride_b = _matrices(b, "r" if lay.b_row else "c")
+        problem = GemmProblem(M, N, K, dtype, lay, lda, ldb, ldc, alpha * factor,
+                              batch=batch if batched else 0, stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
+                              beta=beta, bias=Bias.NONE if bias_vec is None else Bias.parse(bias_along),
+                              activation=act, aux=want_aux, row_scale=rows is not None, col_scale=cols is not None,
+                              block_scale=block is not None, out_dtype=out_code)
+        if kernel is None and not d.is_supported(problem):
+            detail = selection.unsupported_detail("gemm", d.target, problem)
+            last_error = UnsupportedProblemError(
+                f"no {dtype.key} {lay.key} gemm kernel for target {d.target} implements this problem "
+                f"({'batch ' + str(batch) + ' of ' if batched else ''}{M}x{N}x{K} with its epilogue or scales)"
+                + (f": {detail}" if detail else "")
+                + ("" if d.target == "cpu" else "; the cpu kernels built with fusion: generic do (target='cpu')"))
+            continue
+        d.run(problem, a_use, b_use, out, kernel=kernel, epilogue=epilogue)
+        return (out, aux_arr) if return_aux else out
+    raise last_error
+
+
+def _order(x: np.ndarray):
+    """'r' or 'c': how the matrices of a 2-D or 3-D array are laid out (None: neither)."""
+    matrix = x[0] if x.ndim == 3 else x
+    if ld_in_order(matrix, "r") is not None:
+        return "r"
+    if ld_in_order(matrix, "c") is not None:
+        return "c"
+    return None
+
+
+# ---- grouped GEMM ------------------------------------------------------------------------------------
+
+
+def _offsets(offsets, groups: int, rows: int) -> np.ndarray:
+    """Cumulative row ends, checked: integers, one per group, non-decreasing, within [0, rows]."""
+    x = np.asarray(offsets)
+    if x.ndim != 1 or x.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"offsets must be a 1-D integer array, got {x.dtype} of shape {x.shape}")
+    if x.shape[0] != groups:
+        raise InvalidArgumentError(f"offsets has {x.shape[0]} values, b has {groups} groups")
+    x = x.astype(np.int64)
+    if groups and x[0] < 0:
+        raise InvalidArgumentError(f"offsets must not be negative (offsets[0] = {x[0]})")
+    bad = np.nonzero(np.diff(x) < 0)[0]
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise InvalidArgumentError(f"offsets must be non-decreasing (offsets[{i}] = {x[i]} < offsets[{i - 1}] = {x[i - 1]})")
+    if groups and x[-1] > rows:
+        raise InvalidArgumentError(f"offsets[-1] = {x[-1]} is beyond the {rows} rows of a")
+    return x
+
+
+def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activation=None, out_dtype=None,
+                 scale_a=None, scale_b=None, kernel=None, target=None):
+    """Grouped GEMM (mixture of experts), one C call for every group (td_gemm_grouped_run).
+
+    Offsets form (torch._grouped_mm): a (rows, K) holds the tokens sorted by group, b
+    (groups, K, N) one matrix per group, offsets (groups,) the cumulative row ends: group g
+    is a[offsets[g-1]:offsets[g]] @ b[g] (offsets[-1] = 0); an empty group (equal offsets) is
+    allowed. Returns (rows, N); rows after offsets[-1] are zero. bias: (groups, N), one row
+    per group.
+    List form: grouped_gemm([a0, a1, ...], [b0, b1, ...]) with a_i (M_i, K_i) and b_i
+    (K_i, N_i) (M_i may be 0) returns the list of products; bias: a list of (N_i,) vectors.
+    alpha, activation and out_dtype as td.gemm's, for every group. scale_a / scale_b: fp8
+    row-wise scales, one per row of A and one per column of each group's B (offsets form:
+    scale_a (rows,), scale_b (groups, N); list form: lists of (M_i,) and (N_i,) vectors).
+    """
+    listed = isinstance(a, (list, tuple))
+    if listed != isinstance(b, (list, tuple)):
+        raise InvalidArgumentError("grouped_gemm takes a and b both as lists, or a 2-D a, a 3-D b and offsets")
+    if listed:
+        if offsets is not None:
+            raise InvalidArgumentError("the list form takes no offsets")
+        if len(a) != len(b):
+            raise InvalidArgumentError(f"{len(a)} matrices of A but {len(b)} of B")
+        if not a:
+            raise InvalidArgumentError("grouped_gemm needs at least one group")
+        a_list, b_list = [np.asarray(x) for x in a], [np.asarray(x) for x in b]
+    else:
+        if any(is_device_array(x) for x in (a, b, out)):
+            raise UnsupportedProblemError("grouped_gemm runs on numpy arrays (the cpu target) for now")
+        a, b = np.asarray(a), np.asarray(b)
+        if a.ndim != 2 or b.ndim != 3:
+            raise InvalidArgumentError(f"grouped_gemm takes a 2-D a and a 3-D b (groups, K, N), got {a.shape} and {b.shape}")
+        if offsets is None:
+            raise InvalidArgumentError("grouped_gemm with a 3-D b needs offsets (the cumulative row ends)")
+        if a.shape[1] != b.shape[1]:
+            raise InvalidArgumentError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
+        ends = _offsets(offsets, b.shape[0], a.shape[0])
+        if b.shape[0] == 0:
+            raise InvalidArgumentError("grouped_gemm needs at least one group")
+        starts = np.concatenate(([0], ends[:-1]))
+        a_list = [a[s:e] for s, e in zip(starts, ends)]
+        b_list = [b[g] for g in range(b.shape[0])]
+    for i, (x, y) in enumerate(zip(a_list, b_list)):
+        if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
+            raise InvalidArgumentError(f"group {i}: a {x.shape} and b {y.shape} are not (M, K) and (K, N)")
+        if x.shape[1] == 0 or y.shape[1] == 0:
+            raise InvalidArgumentError(f"group {i}: K and N must be positive, got a {x.shape} and b {y.shape}")
+    dtype = dtype_of(a_list[0])
+    for i, x in enumerate(a_list + b_list):
+        if dtype_of(x) is not dtype:
+            raise TypeError(f"every matrix must share one element type, got {dtype.key} and {x.dtype}")
+    alpha = _alpha(alpha)
+    try:
+        act = Activation.NONE if activation is None else Activation.parse(activation)
+    except (ValueError, TypeError):
+        raise InvalidArgumentError(f"activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got {activation!r}") from None
+    out_code, out_type = _out_type(out_dtype, dtype)
+    out_np = numpy_dtype(out_type)
+    groups = len(a_list)
+    biases = [None] * groups
+    if bias is not None:
+        if listed:
+            if not isinstance(bias, (list, tuple)) or len(bias) != groups:
+                raise InvalidArgumentError(f"bias must be a list of {groups} vectors in the list form")
+            biases = [_vector(f"bias[{i}]", v, b_list[i].shape[1], "one per column (N)", out_np)
+                      for i, v in enumerate(bias)]
+        else:
+            full = np.asarray(bias)
+            if full.shape != (groups, b.shape[2]):
+                raise InvalidArgumentError(f"bias has shape {full.shape}; it needs ({groups}, {b.shape[2]}): one row per group")
+            biases = [_vector(f"bias[{i}]", full[i], b.shape[2], "one per column (N)", out_np) for i in range(groups)]
+    rows_scales, cols_scales = [None] * groups, [None] * groups
+    if scale_a is not None:
+        if listed:
+            if not isinstance(scale_a, (list, tuple)) or len(scale_a) != groups:
+                raise InvalidArgumentError(f"scale_a must be a list of {groups} vectors in the list form")
+            rows_scales = [_vector(f"scale_a[{i}]", v, a_list[i].shape[0], "one per row of A") for i, v in enumerate(scale_a)]
+        else:
+            full = _vector("scale_a", scale_a, a.shape[0], "one per row of a")
+            rows_scales = [full[s:e] for s, e in zip(starts, ends)]
+    if scale_b is not None:
+        if listed:
+            if not isinstance(scale_b, (list, tuple)) or len(scale_b) != groups:
+                raise InvalidArgumentError(f"scale_b must be a list of {groups} vectors in the list form")
+            cols_scales = [_vector(f"scale_b[{i}]", v, b_list[i].shape[1], "one per column of B") for i, v in enumerate(scale_b)]
+        else:
+            full = np.asarray(scale_b)
+            if full.size != groups * b.shape[2] or full.shape not in ((groups, b.shape[2]), (groups, 1, b.shape[2])):
+                raise InvalidArgumentError(f"scale_b has shape {full.shape}; it needs ({groups}, {b.shape[2]}): one row "
+                                           "per group")
+            full = full.reshape(groups, b.shape[2])
+            cols_scales = [_vector(f"scale_b[{i}]", full[i], b.shape[2], "one per column of B") for i in range(groups)]
+    if listed:
+        if out is not None:
+            raise InvalidArgumentError("the list form takes no out (it returns new arrays)")
+        outs = [np.empty((x.shape[0], y.shape[1]), out_np) for x, y in zip(a_list, b_list)]
+    else:
+        out = _output("out", out, (a.shape[0], b.shape[2]), out_type, {"a": a, "b": b})
+        if out.shape[1] > 1 and out.strides[1] != out.itemsize:
+            raise InvalidArgumentError("out must be row-major with unit column stride")
+        out[ends[-1]:] = 0
+        outs = [out[s:e] for s, e in zip(starts, ends)]
+    first = next((i for i in range(groups) if a_list[i].shape[0] > 0), 0)
+    lay = Layout.parse(("c" if _order(a_list[first]) == "c" else "r") + ("r" if _order(b_list[first]) == "r" else "c") + "r")
+    table = (_ffi.TdGemmGroup * groups)()
+    keep = []
+    for i in range(groups):
+        x, y, o = a_list[i], b_list[i], outs[i]
+        M, K, N = x.shape[0], x.shape[1], y.shape[1]
+        if M == 0:
+            table[i] = _ffi.TdGemmGroup(0, N, K)
+            continue
+        x, lda = _as_matrix(x, "r" if lay.a_row else "c", ld_in_order)
+        y, ldb = _as_matrix(y, "r" if lay.b_row else "c", ld_in_order)
+        ldc = o.strides[0] // o.itemsize if M > 1 else N
+        keep += [x, y]
+        ep = _ffi.TdGemmEpilogue(bias=None if biases[i] is None else pointer(biases[i]),
+                                 row_scale=None if rows_scales[i] is None else pointer(rows_scales[i]),
+                                 col_scale=None if cols_scales[i] is None else pointer(cols_scales[i]))
+        table[i] = _ffi.TdGemmGroup(M, N, K, lda, ldb, ldc, pointer(x), pointer(y), pointer(o), ep)
+    sizes = [(x.shape[0], y.shape[1], x.shape[1]) for x, y in zip(a_list, b_list)]
+    big = max(sizes)
+    problem = GemmProblem(max(big[0], 1), big[1], big[2], dtype, lay, alpha=alpha,
+                          bias=Bias.N if bias is not None else Bias.NONE, activation=act, out_dtype=out_code,
+                          row_scale=scale_a is not None, col_scale=scale_b is not None)
+    d = _dispatcher(target)
+    if not d.on_host:
+        raise UnsupportedProblemError(f"grouped_gemm runs on the cpu target for now (target='cpu'), not {d.target}")
+    name = None if kernel is None else (kernel if isinstance(kernel, str) else getattr(kernel, "name", None))
+    status = d.lib.td_gemm_grouped_run(ctypes.byref(problem.to_c()), None if name is None else name.encode(),
+                                       table, groups, None, None)
+    if kernel is None:
+        selection.warn_messages(d.lib)
+    d.lib.check(status)
+    return outs if listed else out
+
+
+def _as_matrix(x: np.ndarray, order: str, ld_in_order):
+    ld = ld_in_order(x, order)
+    if ld is None:
+        x = np.ascontiguousarray(x) if order == "r" else np.asfortranarray(x)
+        ld = ld_in_order(x, order)
+    return x, ld

@@ -1,0 +1,258 @@
+"""Fused GEMM epilogues on the cpu target: D = act(alpha * (A @ B) * row_scale * col_scale +
+beta * C + bias), aux = the pre-activation, against float64 references on the same quantized
+inputs; and every kernel that does not implement a feature refuses the problem."""
+import itertools
+import subprocess
+import sys
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+td = pytest.importorskip("tiledispatch")
+from tiledispatch import reference  # noqa: E402
+from tiledispatch.codegen import Activation, Bias, OutDType, config_from_name  # noqa: E402
+
+NP = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+INPUTS = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+          "fp8_e5m2": ml_dtypes.float8_e5m2}
+DEFAULT_OUT = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "bf16", "fp8_e5m2": "bf16"}
+
+
+def cpu_or_skip():
+    if "cpu" not in {lib["target"] for lib in td.registry().libraries if lib["op"] == "gemm"}:
+        pytest.skip("no cpu gemm library in this installation")
+
+
+def matrix(rng, shape, dtype):
+    return rng.uniform(-1, 1, size=shape).astype(INPUTS.get(dtype, dtype))
+
+
+def check(actual, ref, mag, out_key, k):
+    cmp = reference.compare_out(actual, ref, mag, out_key, k)
+    assert cmp["ok"], cmp
+
+
+@pytest.mark.parametrize("dtype,activation,out,along,beta,scales", [
+    (dtype, act, out, along, beta, scales)
+    for (dtype, act), out, along, beta, scales in zip(
+        itertools.product(INPUTS, [a.key for a in Activation]),
+        itertools.cycle(["default", "fp32", "bf16", "fp16"]), itertools.cycle(["n", "m", None]),
+        itertools.cycle([0.0, 0.5, -1.0]), itertools.cycle([False, True]))])
+def test_epilogue_combinations_match_float64(rng, dtype, activation, out, along, beta, scales):
+    cpu_or_skip()
+    M, N, K = 37, 29, 131
+    out_key = DEFAULT_OUT[dtype] if out == "default" else out
+    a, b = matrix(rng, (M, K), dtype), matrix(rng, (K, N), dtype)
+    c = matrix(rng, (M, N), out_key) if beta else None
+    bias = matrix(rng, (N if along == "n" else M,), out_key) if along else None
+    rs = rng.uniform(0.5, 2, M).astype(np.float32) if scales else None
+    cs = rng.uniform(0.5, 2, N).astype(np.float32) if scales else None
+    d, aux = td.gemm(a, b, alpha=1.5, c=c, beta=beta if c is not None else None, bias=bias,
+                     bias_along=along or "n", activation=activation, row_scale=rs, col_scale=cs,
+                     out_dtype=None if out == "default" else out, return_aux=True, target="cpu")
+    assert d.dtype == NP[out_key] and aux.dtype == NP[out_key] and d.shape == (M, N)
+    pre, ref, mag = reference.gemm_epilogue(a, b, alpha=1.5, beta=beta, c=c, bias=bias, bias_along=along or "n",
+                                            activation=activation, row_scale=rs, col_scale=cs)
+    check(d, ref, mag, out_key, K)
+    check(aux, pre, mag, out_key, K)
+
+
+@pytest.mark.parametrize("layout", ["rcr", "rrr", "crr", "ccr"])
+def test_every_layout_and_odd_sizes(rng, layout):
+    cpu_or_skip()
+    for M, N, K in [(1, 1, 1), (7, 130, 3), (97, 5, 257)]:
+        a, b = matrix(rng, (M, K), "fp32"), matrix(rng, (K, N), "fp32")
+        a = a if layout[0] == "r" else np.asfortranarray(a)
+        b = b if layout[1] == "r" else np.asfortranarray(b)
+        bias = matrix(rng, (N,), "fp32")
+        d = td.gemm(a, b, bias=bias, activation="relu", target="cpu")
+        _, ref, mag = reference.gemm_epilogue(a, b, bias=bias, activation="relu")
+        check(d, ref, mag, "fp32", K)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_c_may_be_d_in_place_accumulation(rng, dtype):
+    cpu_or_skip()
+    M, N, K = 50, 70, 90
+    a, b = matrix(rng, (M, K), dtype), matrix(rng, (K, N), dtype)
+    d = matrix(rng, (M, N), dtype)
+    before = d.copy()
+    result = td.gemm(a, b, c=d, out=d, beta=0.75, target="cpu")
+    assert result is d
+    _, ref, mag = reference.gemm_epilogue(a, b, beta=0.75, c=before)
+    check(d, ref, mag, dtype, K)
+
+
+def test_c_broadcasts_and_beta_zero_does_not_read_c(rng):
+    cpu_or_skip()
+    a, b = matrix(rng, (8, 16), "fp32"), matrix(rng, (16, 12), "fp32")
+    row = matrix(rng, (12,), "fp32")
+    d = td.gemm(a, b, c=row, target="cpu")  # beta defaults to 1 with c
+    _, ref, mag = reference.gemm_epilogue(a, b, beta=1.0, c=np.broadcast_to(row, (8, 12)))
+    check(d, ref, mag, "fp32", 16)
+    nan = np.full((8, 12), np.nan, np.float32)
+    d = td.gemm(a, b, c=nan, beta=0.0, target="cpu")
+    assert np.isfinite(d).all()
+
+
+def test_aux_array_is_written(rng):
+    cpu_or_skip()
+    a, b = matrix(rng, (9, 33), "bf16"), matrix(rng, (33, 11), "bf16")
+    aux = np.zeros((9, 11), ml_dtypes.bfloat16)
+    d = td.gemm(a, b, aux=aux, activation="silu", target="cpu")
+    pre, ref, mag = reference.gemm_epilogue(a, b, activation="silu")
+    check(aux, pre, mag, "bf16", 33)
+    check(d, ref, mag, "bf16", 33)
+
+
+def test_stream_k_kernels_are_plain_and_generic_kernels_take_plain_problems(rng):
+    cpu_or_skip()
+    d = td.Dispatcher("gemm", "cpu")
+    generic = [k for k in d.kernels if "generic" in k.name]
+    assert generic, "the default manifest builds fusion: generic cpu variants"
+    a, b = matrix(rng, (20, 30), "fp32"), matrix(rng, (30, 40), "fp32")
+    name = next(k.name for k in generic if k.name.startswith("gemm_fp32_rrr"))
+    out = td.gemm(a, b, kernel=name, target="cpu")
+    ref, mag = reference.gemm(a, b)
+    check(out, ref, mag, "fp32", 30)
+
+
+FEATURES = [(dict(beta=0.5), "beta \\* C"), (dict(bias=Bias.N), "bias along N"), (dict(bias=Bias.M), "bias along M"),
+            (dict(activation=Activation.GELU), "activation"), (dict(aux=True), "aux output"),
+            (dict(row_scale=True), "row scale"), (dict(col_scale=True), "column scale"),
+            (dict(out_dtype=OutDType.FP16), "output dtype"), (dict(batch=2, stride_c=64 * 64), "batch"),
+            (dict(block_scale=True), "block-wise scale"),
+            (dict(bias=Bias.N, activation=Activation.RELU, aux=True), "bias along N, activation, aux output")]
+
+
+@pytest.mark.parametrize("fields,named", FEATURES, ids=[",".join(f) for f, _ in FEATURES])
+def test_every_kernel_without_the_feature_refuses_it(fields, named):
+    cpu_or_skip()
+    d = td.Dispatcher("gemm", "cpu")
+    for k in d.kernels:
+        if "out_dtype" in fields:  # an output type other than the input type's own
+            fields = dict(out_dtype=OutDType.BF16 if k.dtype.key == "fp32" else OutDType.FP32)
+        problem = td.GemmProblem(64, 64, 64, k.dtype, k.layout, **fields)
+        generic = "generic" in k.name
+        assert d.is_supported(problem, k.name) == generic, k.name
+        if not generic:
+            with pytest.raises(td.KernelRejectedError, match=f"this kernel implements no {named} "):
+                d.run(problem, 0, 0, 0, kernel=k.name)
+
+
+def test_only_generic_cpu_variants_declare_features():
+    """Every GPU kernel of the default manifest (sm_90a, gfx942, ...) registers features 0: the
+    dispatcher core refuses every epilogue, batch and block-scaled problem for them."""
+    from conftest import ROOT
+    from tiledispatch.codegen import expand, load_manifest
+    from tiledispatch.codegen.frame import kernel_info
+    manifest = load_manifest(ROOT / "kernels.yaml")
+    generic = 0
+    for target in ("cpu", "sm_90a", "gfx942", "gfx90a", "gfx950"):
+        for config in expand(manifest, [target]).configs:
+            if config.op != "gemm":
+                continue
+            features = kernel_info(config).get("features", 0)
+            is_generic = target == "cpu" and config.knobs.fusion == "generic"
+            generic += is_generic
+            assert (features != 0) == is_generic, config.name
+    assert generic == 20
+
+
+def test_cli_epilogue_validates():
+    cpu_or_skip()
+    proc = subprocess.run([sys.executable, "-m", "tiledispatch", "gemm", "40", "24", "200", "--dtype", "bf16",
+                           "--bias", "--activation", "gelu", "--beta", "0.5", "--aux", "--target", "cpu",
+                           "--validate"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    assert "generic" in out["kernel"]
+    assert out["validation"]["accuracy"] == 100.0 and out["validation"]["aux_accuracy"] == 100.0
+    assert out["problem"]["epilogue"] == {"beta": 0.5, "bias": "n", "activation": "gelu", "aux": True}
+
+
+def test_name_round_trip_of_generic_variants():
+    name = "gemm_fp8e4m3_ccr_standard_48x64x128_r6x16_generic_cpu"
+    config = config_from_name(name)
+    assert config.knobs.fusion == "generic" and config.name == name
+
+
+# ---- bad input: exact error classes and messages
+
+def test_bad_epilogue_arguments(rng):
+    cpu_or_skip()
+    a, b = matrix(rng, (8, 16), "fp32"), matrix(rng, (16, 12), "fp32")
+    E = td.InvalidArgumentError
+    cases = [
+        (dict(bias=np.zeros(8, np.float32)), E, r"bias has shape \(8,\); it needs 12 values"),
+        (dict(bias=np.zeros(12, np.float32), bias_along="m"), E, r"bias has shape \(12,\); it needs 8 values"),
+        (dict(bias=np.zeros(12, np.float32), bias_along="x"), E, "bias_along must be 'n'"),
+        (dict(bias=np.zeros(12, np.float16)), TypeError, "bias holds float16; it must be float32"),
+        (dict(activation="tanh"), E, "unknown activation 'tanh'"),
+        (dict(activation=3), E, "activation must be None"),
+        (dict(beta=0.5), E, "beta needs c"),
+        (dict(c=np.zeros((8, 12), np.float16)), TypeError, "c holds float16"),
+        (dict(c=np.zeros((3, 12), np.float32)), E, r"c of shape \(3, 12\) does not broadcast"),
+        (dict(c=np.zeros((8, 12), np.float32), beta=float("nan")), E, "beta must be finite"),
+        (dict(aux=np.zeros((8, 11), np.float32)), E, r"aux must be a \(8, 12\) float32"),
+        (dict(aux=np.zeros((8, 12), np.float16)), E, r"aux must be a \(8, 12\) float32"),
+        (dict(row_scale=np.ones(7, np.float32)), E, r"row_scale has shape \(7,\); it needs 8 values"),
+        (dict(col_scale=np.ones((2, 12), np.float32)), E, r"col_scale has shape \(2, 12\)"),
+        (dict(out_dtype="fp8_e4m3"), E, "out_dtype must be fp32, fp16 or bf16"),
+        (dict(out_dtype=np.int32), E, "out_dtype must be fp32, fp16 or bf16"),
+        (dict(out=np.zeros((8, 12), np.float16), bias=np.zeros(12, np.float32)), E, r"out must be a \(8, 12\) float32"),
+        (dict(return_aux="yes"), E, "return_aux must be True or False"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            td.gemm(a, b, target="cpu", **kwargs)
+    ro = np.zeros((8, 12), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(E, match="out is read-only"):
+        td.gemm(a, b, out=ro, bias=np.zeros(12, np.float32), target="cpu")
+    aux = np.zeros((8, 12), np.float32)
+    ro.flags.writeable = True
+    with pytest.raises(E, match="aux overlaps out"):
+        td.gemm(a, b, out=aux, aux=aux, target="cpu")
+    big = np.zeros((9, 12), np.float32)
+    with pytest.raises(E, match="c overlaps out without being out itself"):
+        td.gemm(a, b, out=big[1:], c=big[:8], target="cpu")
+
+
+def test_c_abi_refuses_missing_epilogue_operands(rng):
+    cpu_or_skip()
+    d = td.Dispatcher("gemm", "cpu")
+    a, b = matrix(rng, (8, 16), "fp32"), np.asfortranarray(matrix(rng, (16, 12), "fp32"))
+    out = np.zeros((8, 12), np.float32)
+    for fields, message in [(dict(beta=1.0), "beta is nonzero but C is NULL"),
+                            (dict(bias=Bias.N), "bias pointer is NULL"),
+                            (dict(aux=True), "aux pointer is NULL"),
+                            (dict(row_scale=True), "row_scale is NULL"),
+                            (dict(block_scale=True), "scale_a or scale_b is NULL")]:
+        with pytest.raises(td.InvalidArgumentError, match=message):
+            d.run(td.GemmProblem(8, 12, 16, "fp32", "rcr", **fields), a, b, out, epilogue={})
+    with pytest.raises(td.InvalidArgumentError, match="unknown activation"):
+        td.GemmProblem(8, 12, 16, activation="tanh")
+    with pytest.raises(td.InvalidArgumentError, match="beta must be finite"):
+        td.GemmProblem(8, 12, 16, beta=float("inf"))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("batch", -1, "batch must not be negative"), ("stride_a", -1, "batch strides must not be negative"),
+    ("beta", float("nan"), "beta must be finite"), ("bias", 3, "unknown bias code 3"),
+    ("activation", 5, "unknown activation code 5"), ("out_dtype", 4, "unknown out_dtype code 4"),
+    ("aux", 2, "aux must be 0 or 1"), ("row_scale", -1, "row_scale must be 0 or 1"),
+    ("col_scale", 7, "col_scale must be 0 or 1"), ("block_scale", 2, "block_scale must be 0 or 1")])
+def test_c_abi_checks_the_new_fields(field, value, message):
+    """The C library checks the raw struct itself (the Python classes check first)."""
+    cpu_or_skip()
+    import ctypes
+    from tiledispatch import _ffi
+    lib = td.Dispatcher("gemm", "cpu").lib
+    raw = td.GemmProblem(8, 8, 8).to_c()
+    setattr(raw, field, value)
+    assert lib.td_gemm_is_supported(ctypes.byref(raw), None) == -1
+    assert message in lib.last_error()
+    assert isinstance(raw, _ffi.TdGemmProblem)
