@@ -203,6 +203,94 @@ def load_layers(path, models=None, classes=None, limit=None, start=0):
     return layers[:limit] if limit else layers
 
 
+def capped(d, problem, names: list, cap: int, must) -> list:
+    """The kernel names cut to `cap` (0: all): the ones in `must` first, then by the cost
+    model's order."""
+    if not cap or len(names) <= cap:
+        return names
+
+    def cost(n):
+        try:
+            c = d.cost(problem, n)
+        except Exception:  # noqa: BLE001
+            c = None
+        return math.inf if c is None else c
+    kept = [n for n in names if n in must]
+    rest = sorted((n for n in names if n not in must), key=cost)
+    return kept + rest[:max(0, cap - len(kept))]
+
+
+class TablePicks:
+    """The real C selection under leave-one-model-out tables: each held-out model's picks come
+    from a tuning table of the other models' rows, written to a new file (the library reads a
+    file once) that TILEDISPATCH_TUNING names. A with-block restores the environment and the
+    vendor option (vendor=False: ours alone, the vendor kernels out of selection too)."""
+
+    ENV = ("TILEDISPATCH_TUNING", "TILEDISPATCH_NO_SHIPPED_TUNING")
+
+    def __init__(self, d, vendor: bool, key, describe, prefix: str):
+        self.d, self.vendor, self.key, self.describe = d, vendor, key, describe
+        self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
+        self.messages = set()
+
+    def __enter__(self):
+        td = import_tiledispatch()
+        self.saved = {k: os.environ.get(k) for k in self.ENV}
+        self.previous = None
+        if not self.vendor and "vendor" in td.options():
+            self.previous = td.set_options(vendor=False)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            import_tiledispatch().set_options(vendor=self.previous["vendor"])
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        return False
+
+    def select_all(self, test, pick_fn) -> dict:
+        """{row key: pick_fn(row)}; warnings and errors kept as messages."""
+        picks = {}
+        for r in test:
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    picks[self.key(r)] = pick_fn(r)
+                self.messages.update(str(c.message) for c in caught)
+            except Exception as err:  # noqa: BLE001
+                self.messages.add(f"{self.describe(r)}: {err}")
+        return picks
+
+    def problem(self, r):
+        from tiledispatch.selection import problem_from
+        return problem_from(r["problem"])
+
+    def table(self, model, train, test) -> dict:
+        """The held-out rows picked by a table of the training rows."""
+        from tiledispatch.tile_engine import tuning
+        path = self.tmp / f"tuning_{len(list(self.tmp.iterdir()))}_{model}.json"
+        path.write_text(tuning.dumps(tuning.make_table(zl.table_results(train, self.vendor), self.d.target)))
+        os.environ["TILEDISPATCH_TUNING"] = str(path)
+        os.environ["TILEDISPATCH_NO_SHIPPED_TUNING"] = "1"
+        return self.select_all(test, lambda r: self.d.select(self.problem(r)))
+
+    def model_alone(self, model, train, test) -> dict:
+        """The held-out rows picked by the cost model alone (no table)."""
+        return self.select_all(test, lambda r: self.d.model_select(self.problem(r)))
+
+    def run_picks(self, model, train, test) -> dict:
+        """The picks the measured run made (its shipped table, which may hold these very problems)."""
+        run_key = "kernel" if self.vendor else "alone_kernel"
+        return {self.key(r): r.get(run_key) for r in test}
+
+    def print_messages(self):
+        for msg in sorted(self.messages)[:20]:
+            print(f"  message: {msg}")
+
+
 class Bench:
     """The GPU state of a run: the dispatcher, cuDNN, the L2 flush buffer, the timing."""
 
@@ -261,18 +349,7 @@ class Bench:
                     names.append(k.name)
             except Exception:  # noqa: BLE001
                 continue
-        cap = self.args.max_candidates
-        if cap and len(names) > cap:
-            def cost(n):
-                try:
-                    c = self.d.cost(problem, n)
-                except Exception:  # noqa: BLE001
-                    c = None
-                return math.inf if c is None else c
-            kept = [n for n in names if n in must]
-            rest = sorted((n for n in names if n not in must), key=cost)
-            names = kept + rest[:max(0, cap - len(kept))]
-        return names
+        return capped(self.d, problem, names, self.args.max_candidates, must)
 
     def layer(self, layer, N, dtype, directions):
         """The rows of one layer at one batch and dtype: the tensors made once, every direction."""
@@ -532,53 +609,11 @@ def cmd_table(args):
 
 def run_crossval(rows, d, vendor=True):
     """Leave-one-model-out on the GPU library `d` (no timing: the measured --every times)."""
-    td = import_tiledispatch()
-    from tiledispatch.tile_engine import tuning
-    tmp = Path(tempfile.mkdtemp(prefix="zoo_crossval_"))
-    saved = {k: os.environ.get(k) for k in ("TILEDISPATCH_TUNING", "TILEDISPATCH_NO_SHIPPED_TUNING")}
-    messages = set()
-
-    def select_all(test, pick_fn):
-        picks = {}
-        for r in test:
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    picks[zl.row_key(r)] = pick_fn(r)
-                messages.update(str(c.message) for c in caught)
-            except Exception as err:  # noqa: BLE001
-                messages.add(f"{r['layer']} {r['direction']}: {err}")
-        return picks
-
-    def problem(r):
-        from tiledispatch.selection import problem_from
-        return problem_from(r["problem"])
-
-    def picker(model, train, test):
-        path = tmp / f"tuning_{len(list(tmp.iterdir()))}_{model}.json"  # a new file each: the library reads a file once
-        path.write_text(tuning.dumps(tuning.make_table(zl.table_results(train, vendor), d.target)))
-        os.environ["TILEDISPATCH_TUNING"] = str(path)
-        os.environ["TILEDISPATCH_NO_SHIPPED_TUNING"] = "1"
-        return select_all(test, lambda r: d.select(problem(r)))
-
-    previous = None
-    if not vendor and "vendor" in td.options():
-        previous = td.set_options(vendor=False)  # ours alone: the vendor kernels out of selection too
-    run_key = "kernel" if vendor else "alone_kernel"
-    try:
-        scores = zl.crossval(rows, picker, vendor=vendor)
+    with TablePicks(d, vendor, zl.row_key, lambda r: f"{r['layer']} {r['direction']}", "zoo_crossval_") as picks:
+        scores = zl.crossval(rows, picks.table, vendor=vendor)
         # the same rows: the cost model alone (no table), and the run's own picks (shipped table)
-        model_only = zl.crossval(rows, lambda m, tr, te: select_all(te, lambda r: d.model_select(problem(r))),
-                                 vendor=vendor)
-        shipped = zl.crossval(rows, lambda m, tr, te: {zl.row_key(r): r.get(run_key) for r in te}, vendor=vendor)
-    finally:
-        if previous is not None:
-            td.set_options(vendor=previous["vendor"])
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        model_only = zl.crossval(rows, picks.model_alone, vendor=vendor)
+        shipped = zl.crossval(rows, picks.run_picks, vendor=vendor)
     print("\n== crossval: each model's layers picked by a table of the other models' layers "
           f"({'vendor kernels included' if vendor else 'ours alone: vendor kernels out of the tables, the selection and the best'})")
     print(zl.CROSSVAL_HEAD)
@@ -588,8 +623,7 @@ def run_crossval(rows, d, vendor=True):
           "which may hold these very problems):")
     print(zl.crossval_line("total, cost model", model_only["total"]))
     print(zl.crossval_line("total, run's picks", shipped["total"]))
-    for msg in sorted(messages)[:20]:
-        print(f"  message: {msg}")
+    picks.print_messages()
     return scores
 
 
@@ -784,18 +818,7 @@ class GemmBench:
                     names.append(k.name)
             except Exception:  # noqa: BLE001
                 continue
-        cap = self.args.max_candidates
-        if cap and len(names) > cap:
-            def cost(n):
-                try:
-                    c = self.d.cost(problem, n)
-                except Exception:  # noqa: BLE001
-                    c = None
-                return math.inf if c is None else c
-            kept = [n for n in names if n in must]
-            rest = sorted((n for n in names if n not in must), key=cost)
-            names = kept + rest[:max(0, cap - len(kept))]
-        return names
+        return capped(self.d, problem, names, self.args.max_candidates, must)
 
     def measure(self, shape, dtype) -> dict:
         """One row: the pick (td.gemm), the vendor, ours alone, and with --every every kernel."""
@@ -948,50 +971,18 @@ def run_gemm_crossval(rows, d, vendor=True):
     """Leave-one-model-out on the library `d`, each dtype apart (no timing: the measured
     --every times): the table's pick, the best compiled kernel, the cost model alone and
     the run's own picks."""
-    td = import_tiledispatch()
-    from tiledispatch.tile_engine import tuning
-    from tiledispatch.selection import problem_from
-    tmp = Path(tempfile.mkdtemp(prefix="zoo_gemm_crossval_"))
-    saved = {k: os.environ.get(k) for k in ("TILEDISPATCH_TUNING", "TILEDISPATCH_NO_SHIPPED_TUNING")}
-    messages = set()
-
-    def select_all(test, pick_fn):
-        picks = {}
-        for r in test:
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    picks[zg.row_key(r)] = pick_fn(r)
-                messages.update(str(c.message) for c in caught)
-            except Exception as err:  # noqa: BLE001
-                messages.add(f"{r['shape']} {r['dtype']}: {err}")
-        return picks
-
-    def picker(model, train, test):
-        path = tmp / f"tuning_{len(list(tmp.iterdir()))}_{model}.json"  # a new file each: the library reads a file once
-        path.write_text(tuning.dumps(tuning.make_table(zl.table_results(train, vendor), d.target)))
-        os.environ["TILEDISPATCH_TUNING"] = str(path)
-        os.environ["TILEDISPATCH_NO_SHIPPED_TUNING"] = "1"
-        return select_all(test, lambda r: d.select(problem_from(r["problem"])))
-
-    previous = None
-    if not vendor and "vendor" in td.options():
-        previous = td.set_options(vendor=False)
-    run_key = "kernel" if vendor else "alone_kernel"
     results = {}
-    try:
+    with TablePicks(d, vendor, zg.row_key, lambda r: f"{r['shape']} {r['dtype']}", "zoo_gemm_crossval_") as picks:
         for dtype in sorted({r["dtype"] for r in rows}):
             sel = [r for r in rows if r["dtype"] == dtype]
-            scores = zg.crossval(sel, picker, vendor=vendor)
+            scores = zg.crossval(sel, picks.table, vendor=vendor)
             if not scores or scores["total"]["n"] == 0:
                 continue
             scored = [r for r in sel if r.get("every_us") and "error" not in r]
             extra = {
                 "best compiled": zg.score_picks(scored, zg.best_picks(scored, vendor), None, vendor),
-                "cost model alone": zg.crossval(sel, lambda m, tr, te: select_all(
-                    te, lambda r: d.model_select(problem_from(r["problem"]))), vendor=vendor)["total"],
-                "run's picks": zg.crossval(sel, lambda m, tr, te: {zg.row_key(r): r.get(run_key) for r in te},
-                                           vendor=vendor)["total"],
+                "cost model alone": zg.crossval(sel, picks.model_alone, vendor=vendor)["total"],
+                "run's picks": zg.crossval(sel, picks.run_picks, vendor=vendor)["total"],
             }
             results[dtype] = {"scores": scores, **extra}
             print(f"\n== crossval {dtype}: each model's shapes picked by a table of the other models' shapes "
@@ -1003,16 +994,7 @@ def run_gemm_crossval(rows, d, vendor=True):
                   "picks (shipped table, which may hold these very shapes):")
             for label, s in extra.items():
                 print(zg.crossval_line(f"total, {label}", s))
-    finally:
-        if previous is not None:
-            td.set_options(vendor=previous["vendor"])
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    for msg in sorted(messages)[:20]:
-        print(f"  message: {msg}")
+    picks.print_messages()
     return results
 
 
