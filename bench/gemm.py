@@ -7,7 +7,7 @@ compiled variant (every kernel that supports the problem, by name), and of torch
 ratios and their geomean over the aligned shapes. Timing: CUDA events around each run,
 L2 flushed before each (a 512 MiB write, which also keeps the GPU busy while the host
 issues the launch), median of --repeat after warm-up. Inputs uniform in [-1, 1).
-Also the host overhead of one td.gemm call on torch tensors, and a chain of back-to-back
+Also the host overhead of one td.gemm call (and of the custom op torch.ops.tiledispatch.gemm) on torch tensors, and a chain of back-to-back
 2048³ GEMMs (programmatic dependent launch; compare a run with --no-pdl).
 """
 from __future__ import annotations
@@ -96,6 +96,9 @@ def host_overhead(d) -> tuple:
     calls = {"td.gemm": lambda: td.gemm(a, b, out=out), "torch.matmul": lambda: torch.matmul(a, b, out=out),
              "td.gemm, a new output each call": lambda: td.gemm(a, b),
              "torch.matmul, a new output each call": lambda: torch.matmul(a, b)}
+    import tiledispatch.torch  # noqa: F401  (registers torch.ops.tiledispatch)
+    calls["torch.ops.tiledispatch.gemm (the custom op), a new output each call"] = \
+        lambda: torch.ops.tiledispatch.gemm(a, b, 1.0)
     kept = [None]  # `c = td.gemm(a, b)` in a loop: the last output lives while the next is made
 
     def keep(c):
