@@ -440,22 +440,27 @@ def score_picks(test_rows, picks: dict, model: str | None = None, vendor: bool =
             "sum_vs_cudnn": theirs_sum / ours_sum if ours_sum else float("nan")}
 
 
-def crossval(rows, picker, models=None, vendor: bool = True) -> dict:
+def crossval(rows, picker, models=None, vendor: bool = True, *, key=None, split=None, score=None,
+             models_of=None) -> dict:
     """Leave-one-model-out: for each model, picker(model, train_rows, test_rows) returns
     {row_key: kernel} (the GPU side writes a table from train_rows and asks the library);
-    the picks are scored against the measured times. Returns {model: score, "total": ...}."""
+    the picks are scored against the measured times. Returns {model: score, "total": ...}.
+    key, split, score and models_of default to this module's row_key, crossval_split,
+    score_picks and row_models (the GEMM zoo passes its own)."""
+    key, split = key or row_key, split or crossval_split
+    score, models_of = score or score_picks, models_of or row_models
     measured = [r for r in rows if r.get("every_us") and "error" not in r]
-    models = sorted(models or {m for r in measured for m in row_models(r)})
+    models = sorted(models or {m for r in measured for m in models_of(r)})
     out, all_picks, all_test = {}, {}, {}
     for m in models:
-        train, test = crossval_split(measured, m)
+        train, test = split(measured, m)
         picks = picker(m, train, test)
-        out[m] = score_picks(test, picks, m, vendor)
-        for r in test:  # a shared layer is scored once in the total, with the pick of its first model
-            k = row_key(r)
+        out[m] = score(test, picks, m, vendor)
+        for r in test:  # a shared row is scored once in the total, with the pick of its first model
+            k = key(r)
             if k not in all_picks and k in picks:
                 all_picks[k], all_test[k] = picks[k], r
-    out["total"] = score_picks(list(all_test.values()), all_picks, None, vendor)
+    out["total"] = score(list(all_test.values()), all_picks, None, vendor)
     return out
 
 

@@ -358,20 +358,10 @@ def crossval(rows, picker, models=None, vendor: bool = True) -> dict:
     """Leave-one-model-out: for each model, picker(model, train_rows, test_rows) returns
     {row_key: kernel} (the GPU side writes a table from train_rows and asks the library);
     scored against the measured times. {model: score, "total": score of every row once,
-    with the pick of the first model (by name) that holds it out}."""
-    rows = [r for r in rows if r.get("every_us") and "error" not in r]
-    models = sorted(models or {m for r in rows for m in row_models(r)})
-    out, all_picks, all_test = {}, {}, {}
-    for m in models:
-        train, test = crossval_split(rows, m)
-        picks = picker(m, train, test)
-        out[m] = score_picks(test, picks, m, vendor)
-        for r in test:
-            k = row_key(r)
-            if k not in all_picks and k in picks:
-                all_picks[k], all_test[k] = picks[k], r
-    out["total"] = score_picks(list(all_test.values()), all_picks, None, vendor)
-    return out
+    with the pick of the first model (by name) that holds it out}. The conv zoo's loop
+    (zoo_layers.crossval) with this module's rows, split and score."""
+    return zl.crossval(rows, picker, models, vendor, key=row_key, split=crossval_split, score=score_picks,
+                       models_of=row_models)
 
 
 CROSSVAL_HEAD = (f"{'model':26s} {'rows':>5s} {'scored':>6s} {'within 5%':>10s} {'within 3%':>10s} "
