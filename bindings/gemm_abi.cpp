@@ -165,21 +165,74 @@ int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, 
     return run(p, name, a, b, c, nullptr, ws, ws_bytes, stream, time_ms);
 }
 
-// One call for a list of GEMMs that share the problem's type, layout and epilogue fields.
-int run_grouped(const TdGemmProblem* p, const char* name, const TdGemmGroup* groups, int64_t count, void* stream,
-                float* time_ms) {
+int check_groups(const TdGemmProblem* p, const TdGemmGroup* groups, int64_t count) {
     if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
     if (count < 0) return fail(TD_ERROR, "the group count must not be negative");
     if (count > 0 && !groups) return fail(TD_ERROR, "groups is NULL");
     if (p->batch > 1) return fail(TD_ERROR, "a grouped call takes no batch (batch " + std::to_string(p->batch) + ")");
+    for (int64_t i = 0; i < count; ++i)
+        if (groups[i].M < 0) return fail(TD_ERROR, "group " + std::to_string(i) + ": M must not be negative");
+    return TD_OK;
+}
+
+// Group g as a problem of its own: its sizes and leading dimensions, p's other fields.
+TdGemmProblem group_problem(const TdGemmProblem& p, const TdGemmGroup& g) {
+    TdGemmProblem q = p;
+    q.M = g.M, q.N = g.N, q.K = g.K, q.lda = g.lda, q.ldb = g.ldb, q.ldc = g.ldc;
+    q.batch = 0, q.stride_a = q.stride_b = q.stride_c = 0;
+    return q;
+}
+
+// The grouped kernels (KernelInfo.variant TD_GEMM_GROUPED, one launch for the whole call) that
+// take a call, best first. name given: that kernel alone where it is a grouped kernel
+// (TD_REJECTED when it refuses the call), none where it is another (the call runs as the
+// per-group loop with it). No name: every grouped kernel not named_only (nor vendor, where
+// TdOptions.vendor is 0) that takes every group, ranked by its family's cost entry summed over
+// the groups of M > 0 (bindings/cost/), then by name. Empty: no grouped kernel takes the call,
+// or every group is empty.
+int grouped_candidates(const TdGemmProblem& p, const char* name, const TdGemmGroup* groups, int64_t count,
+                       std::vector<const GemmKernel*>* out) {
+    out->clear();
+    const TdGemmGroup* first = nullptr;
+    for (int64_t i = 0; i < count && !first; ++i)
+        if (groups[i].M > 0) first = &groups[i];
+    if (!first) return TD_OK;
+    const TdGemmProblem q = group_problem(p, *first);
+    if (int s = check_problem(&q)) return s;
+    const bool named = name && *name;
+    const bool vendor = options().vendor != 0;
+    const CostContext ctx{device::multiprocessors()};
+    std::vector<std::pair<double, const GemmKernel*>> scored;
+    for (size_t i = 0; i < gemm_table_size; ++i) {
+        const GemmKernel& k = *gemm_table[i];
+        if (!k.run_grouped) continue;
+        if (named ? std::strcmp(k.info.name, name) != 0 : (k.info.named_only || (k.info.vendor && !vendor))) continue;
+        std::string why;
+        if (kernel_supports_group(k, q, groups, count, &why) != TD_OK) {
+            if (named) return fail(TD_REJECTED, std::string("kernel ") + name + " rejects this grouped call: " + why);
+            continue;
+        }
+        double cost = 0.0;
+        for (int64_t g = 0; g < count; ++g)
+            if (groups[g].M > 0) cost += k.cost(k.info, group_problem(p, groups[g]), ctx);
+        scored.emplace_back(cost, &k);
+    }
+    std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first < b.first : std::strcmp(a.second->info.name, b.second->info.name) < 0;
+    });
+    for (const auto& entry : scored) out->push_back(entry.second);
+    return TD_OK;
+}
+
+// The per-group loop: one run (its own selection) per group of M > 0. The cpu path, and the
+// fallback where no grouped kernel takes the call.
+int run_each_group(const TdGemmProblem* p, const char* name, const TdGemmGroup* groups, int64_t count, void* stream,
+                   float* time_ms) {
     float total = 0.0f;
     for (int64_t i = 0; i < count; ++i) {
         const TdGemmGroup& g = groups[i];
-        if (g.M < 0) return fail(TD_ERROR, "group " + std::to_string(i) + ": M must not be negative");
         if (g.M == 0) continue;
-        TdGemmProblem q = *p;
-        q.M = g.M, q.N = g.N, q.K = g.K, q.lda = g.lda, q.ldb = g.ldb, q.ldc = g.ldc;
-        q.batch = 0, q.stride_a = q.stride_b = q.stride_c = 0;
+        const TdGemmProblem q = group_problem(*p, g);
         float t = 0.0f;
         if (int s = run(&q, name, g.a, g.b, g.d, &g.epilogue, nullptr, 0, stream, time_ms ? &t : nullptr)) {
             const std::string why = td_last_error();
@@ -189,6 +242,24 @@ int run_grouped(const TdGemmProblem* p, const char* name, const TdGemmGroup* gro
     }
     if (time_ms) *time_ms = total;
     return TD_OK;
+}
+
+// One call for a list of GEMMs that share the problem's type, layout and epilogue fields: one
+// launch of the best grouped kernel that takes it (grouped_candidates), else the per-group loop.
+int run_grouped(const TdGemmProblem* p, const char* name, const TdGemmGroup* groups, int64_t count, void* ws,
+                size_t ws_bytes, void* stream, float* time_ms) {
+    if (int s = check_groups(p, groups, count)) return s;
+    std::vector<const GemmKernel*> list;
+    if (int s = grouped_candidates(*p, name, groups, count, &list)) return s;
+    if (!list.empty()) {
+        const int s = run_first_accepting(list, stream, time_ms, [&](const GemmKernel* k) {
+            return k->run_grouped(*p, groups, count, ws, ws_bytes, stream);
+        });
+        if (s != TD_REJECTED || (name && *name)) return s;
+        // every grouped kernel rejected the arguments at run time: the loop runs them
+    }
+    if (time_ms) *time_ms = 0.0f;
+    return run_each_group(p, name, groups, count, stream, time_ms);
 }
 
 // Elements of A, B and C that the problem spans (leading dimensions included).
@@ -334,7 +405,37 @@ TD_API int td_gemm_run_ex(const TdGemmProblem* p, const char* kernel, const void
 
 TD_API int td_gemm_grouped_run(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups, int64_t count,
                                void* stream, float* time_ms) {
-    return guarded([&]() -> int { return run_grouped(p, kernel, groups, count, stream, time_ms); });
+    return guarded([&]() -> int { return run_grouped(p, kernel, groups, count, nullptr, 0, stream, time_ms); });
+}
+
+TD_API int td_gemm_grouped_run_ex(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups,
+                                  int64_t count, void* workspace, size_t workspace_bytes, void* stream,
+                                  float* time_ms) {
+    return guarded([&]() -> int {
+        return run_grouped(p, kernel, groups, count, workspace, workspace_bytes, stream, time_ms);
+    });
+}
+
+TD_API int td_gemm_grouped_select(const TdGemmProblem* p, const TdGemmGroup* groups, int64_t count, char* name,
+                                  size_t size) {
+    return guarded([&]() -> int {
+        if (int s = check_groups(p, groups, count)) return s;
+        std::vector<const GemmKernel*> list;
+        if (int s = grouped_candidates(*p, nullptr, groups, count, &list)) return s;
+        return copy_name(list.empty() ? "" : list.front()->info.name, name, size);
+    });
+}
+
+TD_API int td_gemm_grouped_workspace_size(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups,
+                                          int64_t count, size_t* bytes) {
+    return guarded([&]() -> int {
+        if (!bytes) return fail(TD_ERROR, "bytes must not be NULL");
+        if (int s = check_groups(p, groups, count)) return s;
+        std::vector<const GemmKernel*> list;
+        if (int s = grouped_candidates(*p, kernel, groups, count, &list)) return s;
+        *bytes = list.empty() ? 0 : list.front()->grouped_workspace_size(*p, count);
+        return TD_OK;
+    });
 }
 
 TD_API int td_gemm_launch(const TdGemmProblem* p, const char* kernel, const void* A, const void* B, void* C,

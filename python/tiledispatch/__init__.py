@@ -27,7 +27,7 @@ _EXPORTS = {
     "Reduction": "codegen",
     "options": "_options", "set_options": "_options",
     "autotune": "_autotune", "autotune_stats": "_autotune",
-    "grouped_gemm": "gemm_ex",
+    "grouped_gemm": "gemm_ex", "grouped_gemm_select": "grouped_device",
 }
 
 __all__ = sorted(_EXPORTS) + ["codegen"]

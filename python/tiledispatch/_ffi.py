@@ -65,6 +65,10 @@ _GEMM = {
     "td_gemm_run_ex": ([_P(TdGemmProblem), c_char_p, c_void_p, c_void_p, c_void_p, _P(TdGemmEpilogue), c_void_p,
                         c_size_t, c_void_p, _P(c_float)], c_int),
     "td_gemm_grouped_run": ([_P(TdGemmProblem), c_char_p, _P(TdGemmGroup), c_i64, c_void_p, _P(c_float)], c_int),
+    "td_gemm_grouped_run_ex": ([_P(TdGemmProblem), c_char_p, _P(TdGemmGroup), c_i64, c_void_p, c_size_t, c_void_p,
+                                _P(c_float)], c_int),
+    "td_gemm_grouped_select": ([_P(TdGemmProblem), _P(TdGemmGroup), c_i64, c_char_p, c_size_t], c_int),
+    "td_gemm_grouped_workspace_size": ([_P(TdGemmProblem), c_char_p, _P(TdGemmGroup), c_i64, _P(c_size_t)], c_int),
 }
 _CONV = {
     "conv_dispatcher_init": ([], c_int),

@@ -324,6 +324,9 @@ def _offsets(offsets, groups: int, rows: int) -> np.ndarray:
 def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activation=None, out_dtype=None,
                  scale_a=None, scale_b=None, kernel=None, target=None):
     """Grouped GEMM (mixture of experts), one C call for every group (td_gemm_grouped_run).
+    On numpy arrays it runs on the cpu target; on CUDA arrays (torch tensors, cupy arrays) on the
+    GPU, on the caller's current stream, as one launch of a grouped kernel where one takes every
+    group (`td.grouped_gemm_select` names it) and as one GEMM per group otherwise.
 
     Offsets form (torch._grouped_mm): a (rows, K) holds the tokens sorted by group, b
     (groups, K, N) one matrix per group, offsets (groups,) the cumulative row ends: group g
@@ -335,8 +338,18 @@ def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activati
     alpha, activation and out_dtype as td.gemm's, for every group. scale_a / scale_b: fp8
     row-wise scales, one per row of A and one per column of each group's B (offsets form:
     scale_a (rows,), scale_b (groups, N); list form: lists of (M_i,) and (N_i,) vectors).
+    On CUDA arrays: D = alpha * A @ B (fp8: scalar scale_a / scale_b, per tensor), the form of
+    torch._grouped_mm (offsets int32, on the device or the host; on the device they are read back
+    to the host once, a copy that waits for the work queued before it); returns arrays of the
+    inputs' kind (torch tensors for torch inputs). bias, activation, out_dtype and row-wise
+    scales run on the cpu target only.
     """
     listed = isinstance(a, (list, tuple))
+    if (listed and any(is_device_array(x) for x in list(a) + list(b if isinstance(b, (list, tuple)) else [b]))) or \
+            (not listed and any(is_device_array(x) for x in (a, b, out))):
+        from .grouped_device import grouped_gemm as grouped_gemm_device
+        return grouped_gemm_device(a, b, offsets, out=out, alpha=alpha, bias=bias, activation=activation,
+                                   out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, kernel=kernel, target=target)
     if listed != isinstance(b, (list, tuple)):
         raise InvalidArgumentError("grouped_gemm takes a and b both as lists, or a 2-D a, a 3-D b and offsets")
     if listed:
@@ -348,8 +361,6 @@ def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activati
             raise InvalidArgumentError("grouped_gemm needs at least one group")
         a_list, b_list = [np.asarray(x) for x in a], [np.asarray(x) for x in b]
     else:
-        if any(is_device_array(x) for x in (a, b, out)):
-            raise UnsupportedProblemError("grouped_gemm runs on numpy arrays (the cpu target) for now")
         a, b = np.asarray(a), np.asarray(b)
         if a.ndim != 2 or b.ndim != 3:
             raise InvalidArgumentError(f"grouped_gemm takes a 2-D a and a 3-D b (groups, K, N), got {a.shape} and {b.shape}")

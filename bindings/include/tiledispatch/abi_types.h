@@ -45,13 +45,14 @@ enum td_conv_direction {
 };
 #define TD_CONV_DIRECTION_COUNT 3
 
-/* GEMM variants: data-parallel tiles, stream-K, split-K through the batch. */
+/* GEMM variants: data-parallel tiles, stream-K, split-K through the batch, grouped (one launch for a list of GEMMs; run by grouped calls only). */
 enum td_gemm_variant {
     TD_GEMM_STANDARD = 0,
     TD_GEMM_STREAM_K = 1,
     TD_GEMM_SPLIT_K = 2,
+    TD_GEMM_GROUPED = 3,
 };
-#define TD_GEMM_VARIANT_COUNT 3
+#define TD_GEMM_VARIANT_COUNT 4
 
 /* How stream-K combines the partial tiles of a split output tile. */
 enum td_reduction {
@@ -119,8 +120,9 @@ enum td_family {
     TD_FAMILY_CUDNN = 12,
     TD_FAMILY_CUBLASLT = 13,
     TD_FAMILY_GROUPED_MMA = 14,
+    TD_FAMILY_CUTLASS_GROUPED = 15,
 };
-#define TD_FAMILY_COUNT 15
+#define TD_FAMILY_COUNT 16
 
 /* D = act(alpha * (A(MxK) * B(KxN)) * row_scale * col_scale + beta * C + bias), in that order; every field after swizzle 0 is the plain product (docs/abi.md). */
 typedef struct TdGemmProblem {

@@ -35,6 +35,17 @@ using ConvCostFn = double (*)(const KernelInfo& k, const TdConvProblem& p, const
 // kernels implement no feature (KernelInfo.features 0): those run through run().
 using GemmRunExFn = int (*)(const TdGemmProblem& p, const void* a, const void* b, void* d,
                             const TdGemmEpilogue& ep, void* workspace, size_t workspace_bytes, void* stream);
+// The grouped GEMM entry of a family whose kernels run a whole grouped call in one launch
+// (KernelInfo.variant TD_GEMM_GROUPED; nullptr for every other family). groups are host
+// memory; `p` gives the dtype, layout, alpha and epilogue fields (its sizes are not read).
+// supports_grouped(): TD_OK, or TD_UNSUPPORTED / TD_REJECTED with the reason (a group's size,
+// leading dimension or pointer the kernel cannot take). grouped_workspace_size(): the
+// workspace of a call of `count` groups. run_grouped(): one launch for every group of M > 0.
+using GemmRunGroupedFn = int (*)(const TdGemmProblem& p, const TdGemmGroup* groups, int64_t count, void* workspace,
+                                 size_t workspace_bytes, void* stream);
+using GemmSupportsGroupedFn = int (*)(const TdGemmProblem& p, const TdGemmGroup* groups, int64_t count,
+                                      std::string* why);
+using GemmGroupedWorkspaceFn = size_t (*)(const TdGemmProblem& p, int64_t count);
 struct GemmKernel {
     KernelInfo info;
     int (*supports)(const TdGemmProblem& p, std::string* why);
@@ -43,6 +54,9 @@ struct GemmKernel {
                size_t workspace_bytes, void* stream);
     GemmCostFn cost;
     GemmRunExFn run_ex;
+    GemmRunGroupedFn run_grouped;
+    GemmSupportsGroupedFn supports_grouped;
+    GemmGroupedWorkspaceFn grouped_workspace_size;
 };
 
 // The TD_FEATURE_* bits a GEMM problem needs: what a kernel must implement to run it.
@@ -68,7 +82,11 @@ inline int gemm_features(const TdGemmProblem& p) {
 // A kernel's answer for a problem, the one selection and the tuning tables ask: the features the
 // problem needs that the kernel's KernelInfo.features lacks are refused here, for every backend,
 // before the family's supports() sees the problem (a family never has to know of them).
-inline int kernel_supports(const GemmKernel& k, const TdGemmProblem& p, std::string* why) {
+// A grouped kernel (KernelInfo.variant TD_GEMM_GROUPED) runs grouped calls only: a plain problem is
+// refused here, so no plain selection ever ranks one (the grouped call asks kernel_supports_group).
+inline int kernel_supports(const GemmKernel& k, const TdGemmProblem& p, std::string* why);
+
+inline int kernel_features_supported(const GemmKernel& k, const TdGemmProblem& p, std::string* why) {
     const int missing = gemm_features(p) & ~k.info.features;
     if (missing) {
         static const char* const names[] = {"beta * C", "bias along N", "bias along M", "activation", "aux output",
@@ -80,6 +98,26 @@ inline int kernel_supports(const GemmKernel& k, const TdGemmProblem& p, std::str
         return TD_UNSUPPORTED;
     }
     return k.supports(p, why);
+}
+
+inline int kernel_supports(const GemmKernel& k, const TdGemmProblem& p, std::string* why) {
+    if (k.info.variant == TD_GEMM_GROUPED) {
+        *why = "a grouped kernel runs grouped calls only (td_gemm_grouped_run)";
+        return TD_UNSUPPORTED;
+    }
+    return kernel_features_supported(k, p, why);
+}
+
+// A grouped kernel's answer for one grouped call: the features and the family's supports() for the
+// call's problem `p` (sizes of one of its groups), then every group (supports_grouped).
+inline int kernel_supports_group(const GemmKernel& k, const TdGemmProblem& p, const TdGemmGroup* groups,
+                                 int64_t count, std::string* why) {
+    if (!k.run_grouped) {
+        *why = "not a grouped kernel";
+        return TD_UNSUPPORTED;
+    }
+    if (int s = kernel_features_supported(k, p, why)) return s;
+    return k.supports_grouped(p, groups, count, why);
 }
 
 struct ConvKernel {
@@ -108,10 +146,26 @@ struct RunExOf<Impl, std::void_t<decltype(&Impl::run_ex)>> {
     static constexpr GemmRunExFn value = &Impl::run_ex;
 };
 
+// A GEMM family template's grouped entry (run_grouped, supports_grouped, grouped_workspace_size)
+// where it has one (else nullptr).
+template <class Impl, class = void>
+struct GroupedOf {
+    static constexpr GemmRunGroupedFn run = nullptr;
+    static constexpr GemmSupportsGroupedFn supports = nullptr;
+    static constexpr GemmGroupedWorkspaceFn workspace_size = nullptr;
+};
+template <class Impl>
+struct GroupedOf<Impl, std::void_t<decltype(&Impl::run_grouped)>> {
+    static constexpr GemmRunGroupedFn run = &Impl::run_grouped;
+    static constexpr GemmSupportsGroupedFn supports = &Impl::supports_grouped;
+    static constexpr GemmGroupedWorkspaceFn workspace_size = &Impl::grouped_workspace_size;
+};
+
 template <class Kernel, class Impl, class CostFn>
 inline Kernel make_kernel(const KernelInfo& info, CostFn cost) {
     if constexpr (std::is_same_v<Kernel, GemmKernel>)
-        return Kernel{info, &Impl::supports, &Impl::workspace_size, &Impl::run, cost, RunExOf<Impl>::value};
+        return Kernel{info, &Impl::supports, &Impl::workspace_size, &Impl::run, cost, RunExOf<Impl>::value,
+                      GroupedOf<Impl>::run, GroupedOf<Impl>::supports, GroupedOf<Impl>::workspace_size};
     else
         return Kernel{info, &Impl::supports, &Impl::workspace_size, &Impl::run, cost};
 }

@@ -108,9 +108,25 @@ TD_API int td_gemm_run_ex(const TdGemmProblem* p, const char* kernel, const void
 
 /* count GEMMs in one call (grouped GEMM, mixture-of-experts): each group's sizes, leading
  * dimensions and operands; dtype, layout, alpha, beta and the epilogue fields from p (its
- * sizes and batch are not read; batch must be 0 or 1). A group of M 0 is skipped. */
+ * sizes and batch are not read; batch must be 0 or 1). A group of M 0 is skipped. groups are
+ * host memory. Where a grouped kernel (variant TD_GEMM_GROUPED, e.g. the cutlass_grouped
+ * family) takes every group, the call is one launch of it: the groups' sizes, operand pointers
+ * and strides are copied to the device (into the workspace) first, in stream order; otherwise
+ * (and on cpu) each group runs as its own GEMM, with its own selection. kernel: a grouped
+ * kernel's name runs that kernel (TD_REJECTED where it refuses a group); another kernel's name
+ * runs the per-group loop with it. During CUDA graph capture a grouped kernel needs the
+ * caller's workspace (td_gemm_grouped_run_ex; its size: td_gemm_grouped_workspace_size). */
 TD_API int td_gemm_grouped_run(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups, int64_t count,
                                void* stream, float* time_ms);
+TD_API int td_gemm_grouped_run_ex(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups,
+                                  int64_t count, void* workspace, size_t workspace_bytes, void* stream,
+                                  float* time_ms);
+/* The grouped kernel a call without a kernel name launches, or "" where it runs the per-group
+ * loop; and the workspace a call needs (0 for the loop). */
+TD_API int td_gemm_grouped_select(const TdGemmProblem* p, const TdGemmGroup* groups, int64_t count, char* name,
+                                  size_t size);
+TD_API int td_gemm_grouped_workspace_size(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups,
+                                          int64_t count, size_t* bytes);
 
 /* Host pointers: copied to the device, run, C copied back (on cpu: td_gemm_run). */
 TD_API int td_gemm_run_host(const TdGemmProblem* p, const char* kernel, const void* A, const void* B,

@@ -37,7 +37,8 @@ ENUMS = (
     ("td_layout", "TD_LAYOUT_COUNT", _enum("TD_", Layout), "GEMM layouts: A, B, C row- (r) or column-major (c)."),
     ("td_conv_direction", "TD_CONV_DIRECTION_COUNT", _enum("TD_CONV_", Direction), "Convolution directions."),
     ("td_gemm_variant", "TD_GEMM_VARIANT_COUNT", _enum("TD_GEMM_", GemmVariant),
-     "GEMM variants: data-parallel tiles, stream-K, split-K through the batch."),
+     "GEMM variants: data-parallel tiles, stream-K, split-K through the batch, grouped (one launch for "
+     "a list of GEMMs; run by grouped calls only)."),
     ("td_reduction", "TD_REDUCTION_COUNT", _enum("TD_REDUCTION_", Reduction),
      "How stream-K combines the partial tiles of a split output tile."),
     ("td_activation", "TD_ACTIVATION_COUNT", _enum("TD_ACT_", Activation),

@@ -60,6 +60,8 @@ class GemmKernelConfig:
             return "standard"
         if self.variant is GemmVariant.SPLIT_K:
             return "splitk"
+        if self.variant is GemmVariant.GROUPED:
+            return "grouped"
         return f"streamk_{self.reduction.key}"
 
     @property
@@ -79,6 +81,8 @@ class GemmKernelConfig:
                 variant, reduction, rest = GemmVariant.STANDARD, None, parts[4:]
             elif parts[3] == "splitk":
                 variant, reduction, rest = GemmVariant.SPLIT_K, None, parts[4:]
+            elif parts[3] == "grouped":
+                variant, reduction, rest = GemmVariant.GROUPED, None, parts[4:]
             elif parts[3] == "streamk":
                 variant, reduction, rest = GemmVariant.STREAM_K, Reduction.parse(parts[4]), parts[5:]
             else:

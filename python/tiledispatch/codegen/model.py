@@ -95,11 +95,14 @@ class GemmVariant(enum.Enum):
     """standard: data-parallel tiles; stream_k: CUTLASS's stream-K scheduler (K steps
     balanced over the SMs, split tiles fixed up in the kernel); split_k: K cut into equal
     parts run as the batch of one data-parallel kernel with fp32 partials, summed by a second
-    kernel (cuBLAS's split-K; cuda backend)."""
+    kernel (cuBLAS's split-K; cuda backend); grouped: one launch for a list of GEMMs of their
+    own sizes and operands (mixture of experts; CUTLASS's pointer-array grouped GEMM, algorithm
+    cutlass_grouped), run by grouped calls only (td_gemm_grouped_run), never by a plain one."""
 
     STANDARD = ("standard", 0)
     STREAM_K = ("stream_k", 1)
     SPLIT_K = ("split_k", 2)
+    GROUPED = ("grouped", 3)
 
     def __init__(self, key, code):
         self.key = key

@@ -7,12 +7,13 @@ manifest group gets when it names no `algorithm`.
 """
 from __future__ import annotations
 
-from ..model import Backend
+from ..model import Backend, GemmVariant
 from .base import Family
 from .blocked import Blocked
 from .cublaslt import CublasLt
 from .cudnn import Cudnn
 from .cutlass import Cutlass
+from .cutlass_grouped import CutlassGrouped
 from .depthwise import Depthwise
 from .depthwise_mma import DepthwiseMma
 from .direct import Direct
@@ -29,6 +30,7 @@ FAMILIES = [
     Blocked,       # cpu
     Mfma,          # hip
     Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit, GroupedMma,  # cuda
+    CutlassGrouped,  # cuda, grouped GEMM (the variant `grouped`)
     Cudnn, CublasLt,  # cuda, vendor libraries
 ]
 
@@ -111,6 +113,13 @@ def problems(knobs, op: str, dtype, layout, variant, tile, target) -> list[str]:
     if op not in knobs.OPS:
         users = [f.FAMILY for f in of_backend(knobs.BACKEND) if op in f.OPS]
         return [f"{OP_WORDS[op]} on the {knobs.BACKEND.key} backend uses algorithm {_or_list(users)}"]
+    if op == "gemm" and (variant is GemmVariant.GROUPED) != knobs.GROUPED:
+        builders = [f.FAMILY for f in of_backend(knobs.BACKEND) if f.GROUPED]
+        if knobs.GROUPED:
+            return [f"algorithm {knobs.FAMILY} builds the variant grouped only, not {variant.key}"]
+        if not builders:
+            return [f"the variant grouped is not built on the {knobs.BACKEND.key} backend"]
+        return [f"the variant grouped is built by algorithm {_or_list(builders)}"]
     return knobs.problems(op, dtype, layout, variant, tile, target)
 
 

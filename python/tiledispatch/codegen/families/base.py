@@ -14,6 +14,8 @@ A family is a frozen dataclass of its knobs deriving from `Family`. Its class at
     COST       {op: the C++ function of bindings/cost/ that predicts its kernels' time}
     COST_SOURCE the file defining those functions, relative to bindings/ (meson compiles the
                files the registered families name)
+    GROUPED    True for a family that builds the GEMM variant `grouped` (one launch for a list
+               of GEMMs), which no other family builds
 
 and its methods (the knobs are `self`):
 
@@ -46,6 +48,7 @@ class Family:
     HEADER = ""
     COST = {}
     COST_SOURCE = ""
+    GROUPED = False
 
     @property
     def family(self) -> str:
