@@ -101,7 +101,12 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     vendor = {c.name for c in every if c.op == "gemm" and c.family == "cublaslt"}
     assert vendor == {f"gemm_{d}_{lay}_standard_1x1x1_cublaslt_sm90a" for d in ("bf16", "fp16")
                       for lay in ("rcr", "rrr", "crr", "ccr")} | {"gemm_fp8e4m3_rcr_standard_1x1x1_cublaslt_sm90a"}
-    configs = [c for c in every if c.op == "gemm" and c.family != "cublaslt"]
+    grouped = {c.name for c in every if c.op == "gemm" and c.family == "cutlass_grouped"}
+    assert grouped == {f"gemm_{d}_rcr_grouped_{t}_ptrarray_c1x1_{s}_sm90a" for d in ("bf16", "fp16")
+                       for t, s in (("128x128x64", "coop"), ("128x256x64", "coop"), ("64x128x64", "pp"))} | {
+        "gemm_fp8e4m3_rcr_grouped_128x128x128_ptrarray_c1x1_coop_sm90a"}
+    assert all(c.variant is GemmVariant.GROUPED for c in every if c.name in grouped)
+    configs = [c for c in every if c.op == "gemm" and c.family not in ("cublaslt", "cutlass_grouped")]
     assert len(configs) == 63  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others
     fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
     assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
@@ -474,7 +479,7 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert config_from_name(c.name) == c
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
-           if c.op == "gemm" and c.dtype.nbytes == 1]
+           if c.op == "gemm" and c.dtype.nbytes == 1 and c.family != "cutlass_grouped"]
     assert len(fp8) == 15 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny, cuBLASLt
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
