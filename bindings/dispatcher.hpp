@@ -72,8 +72,8 @@ enum class Tables { read, ignore };
 
 // The kernels for a problem, best first. name non-empty: just that kernel (TD_UNSUPPORTED
 // when the library has none of that name, TD_REJECTED when it refuses the problem).
-// Otherwise every kernel not marked named_only (nor vendor, where TdOptions.vendor is 0) whose
-// supports() accepts the problem: the
+// Otherwise every kernel not marked named_only (nor vendor, where TdOptions.vendor is 0, nor a
+// grouped GEMM kernel, which runs grouped calls only) whose supports() accepts the problem: the
 // tuning tables' pick first (unless Tables::ignore), then the others by predicted cost
 // (cost(problem, kernel)), then by name; TD_UNSUPPORTED when there is none.
 template <class Kernel, class Problem, class CostFn>
@@ -97,6 +97,7 @@ int rank(const Kernel* const* table, size_t count, const Problem& p, const char*
     const bool vendor = options().vendor != 0;
     for (size_t i = 0; i < count; ++i) {
         if (table[i]->info.named_only || (table[i]->info.vendor && !vendor)) continue;
+        if (table[i]->info.variant == TD_GEMM_GROUPED) continue;  // grouped calls only: not a reason worth listing
         std::string why;
         if (kernel_supports(*table[i], p, &why) != TD_OK) {
             if (why != "dtype differs" && why != "layout differs" && reasons.size() < 400)

@@ -165,22 +165,33 @@ int run(const TdGemmProblem* p, const char* name, const void* a, const void* b, 
     return run(p, name, a, b, c, nullptr, ws, ws_bytes, stream, time_ms);
 }
 
-int check_groups(const TdGemmProblem* p, const TdGemmGroup* groups, int64_t count) {
-    if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
-    if (count < 0) return fail(TD_ERROR, "the group count must not be negative");
-    if (count > 0 && !groups) return fail(TD_ERROR, "groups is NULL");
-    if (p->batch > 1) return fail(TD_ERROR, "a grouped call takes no batch (batch " + std::to_string(p->batch) + ")");
-    for (int64_t i = 0; i < count; ++i)
-        if (groups[i].M < 0) return fail(TD_ERROR, "group " + std::to_string(i) + ": M must not be negative");
-    return TD_OK;
-}
-
 // Group g as a problem of its own: its sizes and leading dimensions, p's other fields.
 TdGemmProblem group_problem(const TdGemmProblem& p, const TdGemmGroup& g) {
     TdGemmProblem q = p;
     q.M = g.M, q.N = g.N, q.K = g.K, q.lda = g.lda, q.ldb = g.ldb, q.ldc = g.ldc;
     q.batch = 0, q.stride_a = q.stride_b = q.stride_c = 0;
     return q;
+}
+
+// The call's arguments, and every group of M > 0 as a problem of its own (check_problem).
+int check_groups(const TdGemmProblem* p, const TdGemmGroup* groups, int64_t count) {
+    if (!p) return fail(TD_ERROR, "the problem pointer is NULL");
+    if (count < 0) return fail(TD_ERROR, "the group count must not be negative");
+    if (count > 0 && !groups) return fail(TD_ERROR, "groups is NULL");
+    if (p->batch > 1) return fail(TD_ERROR, "a grouped call takes no batch (batch " + std::to_string(p->batch) + ")");
+    for (int64_t i = 0; i < count; ++i) {
+        const TdGemmGroup& g = groups[i];
+        if (g.M < 0) return fail(TD_ERROR, "group " + std::to_string(i) + ": M must not be negative");
+        if (g.M == 0) continue;
+        const std::string at = "group " + std::to_string(i) + ": ";
+        const TdGemmProblem q = group_problem(*p, g);
+        if (check_problem(&q) != TD_OK) {
+            const std::string why = td_last_error();
+            return fail(TD_ERROR, at + why);
+        }
+        if (!g.a || !g.b || !g.d) return fail(TD_ERROR, at + "A, B and D must not be NULL");
+    }
+    return TD_OK;
 }
 
 // The grouped kernels (KernelInfo.variant TD_GEMM_GROUPED, one launch for the whole call) that
@@ -197,8 +208,7 @@ int grouped_candidates(const TdGemmProblem& p, const char* name, const TdGemmGro
     for (int64_t i = 0; i < count && !first; ++i)
         if (groups[i].M > 0) first = &groups[i];
     if (!first) return TD_OK;
-    const TdGemmProblem q = group_problem(p, *first);
-    if (int s = check_problem(&q)) return s;
+    const TdGemmProblem q = group_problem(p, *first);  // check_groups passed
     const bool named = name && *name;
     const bool vendor = options().vendor != 0;
     const CostContext ctx{device::multiprocessors()};

@@ -24,7 +24,10 @@ TORCH = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP8_E4M3: "float8_
 
 
 def kernels():
-    return td.registry().kernels("gemm", GPU) if GPU else []
+    """The GPU's GEMM kernels that run plain calls (the grouped variant runs grouped calls only:
+    tests/test_gpu_grouped_gemm.py)."""
+    every = td.registry().kernels("gemm", GPU) if GPU else []
+    return [k for k in every if k.variant is not GemmVariant.GROUPED]
 
 
 def tdtype(dtype):

@@ -126,7 +126,7 @@ def test_c_abi_grouped_call_refuses_bad_arguments():
                                    _ffi.TdGemmGroup(2, 0, 3, 0, 0, 0, ptr(a), ptr(b), ptr(d)))
     assert lib.td_gemm_grouped_run(problem, None, table, 2, None, None) == -1
     assert "group 1: M, N and K must be positive" in lib.last_error()
-    assert (d == 3).all()  # group 0 ran before group 1 was refused
+    assert (d == 0).all()  # every group is checked before any runs: group 0 did not run
     batched = ctypes.byref(td.GemmProblem(1, 1, 1, batch=2, stride_c=1).to_c())
     assert lib.td_gemm_grouped_run(batched, None, table, 1, None, None) == -1
     assert "a grouped call takes no batch" in lib.last_error()
@@ -152,3 +152,42 @@ def test_grouped_fp8_row_wise_scales(rng, dtype):
         td.grouped_gemm(a, b, offsets, scale_b=sb[:, :23])
     with pytest.raises(td.InvalidArgumentError, match=r"scale_a has shape \(59,\); it needs 60 values"):
         td.grouped_gemm(a, b, offsets, scale_a=sa[:59])
+
+
+def test_cpu_calls_run_the_per_group_loop_and_the_new_entries_agree(rng):
+    """The cpu library has no grouped kernel: td_gemm_grouped_select names none (""), the
+    workspace is 0, td_gemm_grouped_run_ex runs the loop, and td.grouped_gemm_select says so."""
+    cpu_or_skip()
+    import ctypes
+    from tiledispatch import _ffi
+    lib = td.Dispatcher("gemm", "cpu").lib
+    a = matrix(rng, (30, 16), "fp32")
+    b = np.asfortranarray(matrix(rng, (16, 8), "fp32"))
+    d = np.zeros((30, 8), np.float32)
+    ptr = lambda x: x.__array_interface__["data"][0]  # noqa: E731
+    table = (_ffi.TdGemmGroup * 3)(_ffi.TdGemmGroup(10, 8, 16, 16, 16, 8, ptr(a), ptr(b), ptr(d)),
+                                   _ffi.TdGemmGroup(0, 8, 16),
+                                   _ffi.TdGemmGroup(20, 8, 16, 16, 16, 8, ptr(a[10:]), ptr(b), ptr(d[10:])))
+    problem = ctypes.byref(td.GemmProblem(30, 8, 16).to_c())
+    name = ctypes.create_string_buffer(_ffi.NAME_BUFFER)
+    assert lib.td_gemm_grouped_select(problem, table, 3, name, _ffi.NAME_BUFFER) == 0 and name.value == b""
+    size = ctypes.c_size_t(7)
+    assert lib.td_gemm_grouped_workspace_size(problem, None, table, 3, ctypes.byref(size)) == 0 and size.value == 0
+    assert lib.td_gemm_grouped_run_ex(problem, None, table, 3, None, 0, None, None) == 0
+    check(d, *reference.gemm(a, b), "fp32", 16)
+    assert td.grouped_gemm_select(a, matrix(rng, (2, 16, 8), "fp32"), [10, 30]) == ""
+
+
+def test_group_pointers_are_checked_before_anything_runs():
+    cpu_or_skip()
+    import ctypes
+    from tiledispatch import _ffi
+    lib = td.Dispatcher("gemm", "cpu").lib
+    a, b, d = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32, order="F"), np.zeros((2, 4), np.float32)
+    ptr = lambda x: x.__array_interface__["data"][0]  # noqa: E731
+    table = (_ffi.TdGemmGroup * 2)(_ffi.TdGemmGroup(2, 4, 3, 0, 0, 0, ptr(a), ptr(b), ptr(d)),
+                                   _ffi.TdGemmGroup(2, 4, 3, 0, 0, 0, ptr(a), None, ptr(d)))
+    problem = ctypes.byref(td.GemmProblem(1, 1, 1).to_c())
+    assert lib.td_gemm_grouped_run(problem, None, table, 2, None, None) == -1
+    assert "group 1: A, B and D must not be NULL" in lib.last_error()
+    assert not d.any()

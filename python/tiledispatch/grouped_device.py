@@ -69,14 +69,21 @@ def _unsupported_extras(bias, activation, out_dtype, scale_a, scale_b) -> float:
     return factor
 
 
-class _Call:
-    """One grouped call, checked: its problem, its group table and its outputs."""
+# Where a call that allocates its outputs is only asked which kernel it would launch
+# (grouped_gemm_select), the outputs are not made: a fresh allocation is 256-byte aligned, and
+# this address stands for it (never dereferenced).
+_FRESH = 1 << 40
 
-    def __init__(self, a, b, offsets, out, alpha):
+
+class _Call:
+    """One grouped call, checked: its problem, its group table and its outputs (allocate False:
+    new outputs are not made, their addresses stand in as _FRESH)."""
+
+    def __init__(self, a, b, offsets, out, alpha, allocate=True):
         listed = isinstance(a, (list, tuple))
         if listed != isinstance(b, (list, tuple)):
             raise InvalidArgumentError("grouped_gemm takes a and b both as lists, or a 2-D a, a 3-D b and offsets")
-        self.listed = listed
+        self.listed, self.allocate = listed, allocate
         if listed:
             self._from_lists(a, b, offsets, out)
         else:
@@ -105,15 +112,17 @@ class _Call:
             if x.dtype is not self.dtype:
                 raise TypeError(f"every matrix must share one element type, got {self.dtype.key} and {x.dtype.key}")
         self.first = da[0]
-        self.outs = [da[0].empty((x.shape[0], y.shape[1]), self.dtype.out) for x, y in zip(da, db)]
-        dd = [DeviceArray(o) for o in self.outs]
         sizes = np.array([(x.shape[0], y.shape[1], x.shape[1]) for x, y in zip(da, db)], dtype=np.int64)
+        if self.allocate:
+            self.outs = [da[0].empty((x.shape[0], y.shape[1]), self.dtype.out) for x, y in zip(da, db)]
+            out_ptrs = [DeviceArray(o).ptr for o in self.outs]
+        else:
+            out_ptrs = [_FRESH * (i + 1) for i in range(len(da))]
         orders_a = [_matrix_order(x.shape, x.strides) if x.shape[0] else ("r", x.shape[1]) for x in da]
         orders_b = [_matrix_order(y.shape, y.strides) for y in db]
         self._layout(orders_a, orders_b)
-        self._table(sizes, [o[1] for o in orders_a], [o[1] for o in orders_b],
-                    [o.strides[0] if o.shape[0] > 1 else o.shape[1] for o in dd],
-                    [x.ptr for x in da], [y.ptr for y in db], [o.ptr for o in dd], self.dtype.nbytes)
+        self._table(sizes, [o[1] for o in orders_a], [o[1] for o in orders_b], sizes[:, 1],
+                    [x.ptr for x in da], [y.ptr for y in db], out_ptrs)
 
     def _from_offsets(self, a, b, offsets, out):
         da, db = DeviceArray(a), DeviceArray(b)
@@ -135,16 +144,19 @@ class _Call:
             raise InvalidArgumentError(f"K and N must be positive, got a {da.shape} and b {db.shape}")
         self.dtype = da.dtype
         self.first = da
-        if out is None:
+        if out is None and self.allocate:
             out = da.empty((rows, N), self.dtype.out)
-        dd = DeviceArray(out)
-        if dd.shape != (rows, N) or dd.dtype is not self.dtype.out:
-            raise InvalidArgumentError(f"out must be a ({rows}, {N}) {self.dtype.out.key} array")
-        if dd.overlaps(da) or dd.overlaps(db):
-            raise InvalidArgumentError("out overlaps an input: pass a separate out array")
-        order_d = _matrix_order(dd.shape, dd.strides)
-        if order_d is None or order_d[0] != "r":
-            raise InvalidArgumentError("out must be row-major with unit column stride")
+        if out is None:
+            out_ptr, order_d = _FRESH, ("r", N)
+        else:
+            dd = DeviceArray(out)
+            if dd.shape != (rows, N) or dd.dtype is not self.dtype.out:
+                raise InvalidArgumentError(f"out must be a ({rows}, {N}) {self.dtype.out.key} array")
+            if dd.overlaps(da) or dd.overlaps(db):
+                raise InvalidArgumentError("out overlaps an input: pass a separate out array")
+            out_ptr, order_d = dd.ptr, _matrix_order(dd.shape, dd.strides)
+            if order_d is None or order_d[0] != "r":
+                raise InvalidArgumentError("out must be row-major with unit column stride")
         order_a = _matrix_order(da.shape, da.strides)
         order_b = _matrix_order(db.shape[1:], db.strides[1:])
         if order_a is None or order_b is None:
@@ -160,7 +172,7 @@ class _Call:
         row_step = order_a[1] if order_a[0] == "r" else 1
         self._table(sizes, np.full(groups, order_a[1]), np.full(groups, order_b[1]), np.full(groups, order_d[1]),
                     da.ptr + starts * row_step * item, db.ptr + np.arange(groups, dtype=np.int64) * db.strides[0] * item,
-                    dd.ptr + starts * order_d[1] * out_item, None)
+                    out_ptr + starts * order_d[1] * out_item)
         self.out, self.rows, self.end = out, rows, int(ends[-1]) if groups else 0
 
     def _layout(self, orders_a, orders_b):
@@ -170,7 +182,7 @@ class _Call:
             raise InvalidArgumentError("every matrix of a (and every one of b) must share one layout")
         self.layout = Layout.parse(orders_a[0][0] + orders_b[0][0] + "r")
 
-    def _table(self, sizes, lda, ldb, ldd, pa, pb, pd, _item):
+    def _table(self, sizes, lda, ldb, ldd, pa, pb, pd):
         groups = sizes.shape[0]
         words = np.zeros((groups, _WORDS), dtype=np.int64)
         words[:, 0:3] = sizes
@@ -219,13 +231,14 @@ def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activati
     return call.outs if call.listed else call.out
 
 
-def grouped_gemm_select(a, b, offsets=None, *, target=None) -> str:
-    """The grouped kernel td.grouped_gemm(a, b, offsets) launches once for every group, or "" where
-    it runs each group as its own GEMM (no grouped kernel takes the call, or the cpu target)."""
+def grouped_gemm_select(a, b, offsets=None, *, out=None, target=None) -> str:
+    """The grouped kernel td.grouped_gemm(a, b, offsets, out=out) launches once for every group, or
+    "" where it runs each group as its own GEMM (no grouped kernel takes the call; host arrays,
+    which run on the cpu target). Offsets on the device are read back to the host."""
     host = not (is_device_array(b) or (isinstance(b, (list, tuple)) and b and is_device_array(b[0])))
     if host:
         return ""
-    call = _Call(a, b, offsets, None, 1.0)
+    call = _Call(a, b, offsets, out, 1.0, allocate=False)
     d = _dispatcher(target)
     buf = ctypes.create_string_buffer(_ffi.NAME_BUFFER)
     d.lib.check(d.lib.td_gemm_grouped_select(ctypes.byref(call.problem.to_c()), call.table(), call.groups, buf,
