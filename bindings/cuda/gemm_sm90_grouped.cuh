@@ -63,7 +63,12 @@ class GroupedStaging {
             static std::mutex lock;
             static std::vector<void*> kept;  // for the life of the process
             void* buffer = nullptr;
-            if (cudaMallocHost(&buffer, bytes) != cudaSuccess)
+            // an allocation is no stream work: allowed here whatever the capture's mode
+            cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+            cudaThreadExchangeStreamCaptureMode(&mode);
+            const cudaError_t err = cudaMallocHost(&buffer, bytes);
+            cudaThreadExchangeStreamCaptureMode(&mode);
+            if (err != cudaSuccess)
                 return fail(TD_ERROR, "cudaMallocHost (grouped GEMM arguments): " +
                                           std::string(cudaGetErrorString(cudaGetLastError())));
             std::lock_guard<std::mutex> guard(lock);
