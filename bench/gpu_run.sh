@@ -14,6 +14,8 @@
 #       bash bench/gpu_run.sh build zoo-gemm
 #       the LLM GEMM zoo (bench/zoo.py --op gemm) against cuBLAS / cuBLASLt (the filter keeps the
 #       cublaslt family: its rcr kernels match); ZOO_START=N continues a run cut by the budget
+#   KERNEL_FILTER='gemm_*_grouped_*,gemm_bf16_rcr_*' bash bench/gpu_run.sh build grouped
+#       grouped GEMM (Mixtral-8x7B and DeepSeek-V3 MoE layers) against torch._grouped_mm
 #   KERNEL_FILTER='gemm_*' bash bench/gpu_run.sh build select
 #       tuning table from the installed bf16 kernels on training shapes, scored on held-out
 #       shapes (bench/selection.py), then bench/gemm.py bf16 with that table
@@ -48,6 +50,13 @@ if want test; then
   "$helper" 4096 4096 4096 --validate; echo
   step "GPU tests"
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu.py" 2>&1 | tee "$OUT/test_gpu.log" | tail -15
+  step "GPU grouped GEMM tests (cutlass_grouped: one launch for every group)"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_grouped_gemm.py" 2>&1 \
+    | tee "$OUT/test_gpu_grouped_gemm.log" | tail -15
+fi
+if [[ "$what" == *" grouped "* ]]; then  # opt-in: grouped GEMM (MoE) against torch._grouped_mm
+  step "grouped GEMM benchmark against torch._grouped_mm (bench/grouped_gemm.py)"
+  python3 "$OLDPWD/bench/grouped_gemm.py" --json "$OUT/grouped_gemm.json" 2>&1 | tee "$OUT/grouped_gemm.log" | tail -40
 fi
 if want sanitize; then
   for tool in memcheck racecheck; do

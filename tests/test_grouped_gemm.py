@@ -191,3 +191,41 @@ def test_group_pointers_are_checked_before_anything_runs():
     assert lib.td_gemm_grouped_run(problem, None, table, 2, None, None) == -1
     assert "group 1: A, B and D must not be NULL" in lib.last_error()
     assert not d.any()
+
+
+class _FakeDeviceArray:
+    """__cuda_array_interface__ over made-up addresses: the grouped call's checks and its table
+    without a GPU (td.grouped_gemm_select never touches the memory)."""
+
+    def __init__(self, shape, ptr, strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f2", "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+def test_device_arrays_select_the_one_launch_kernel_without_a_gpu():
+    """On an sm_90a library (loaded, no GPU needed): the offsets and list forms of fp16 device
+    arrays name a cutlass_grouped kernel; K of 500 elements (not whole 16 bytes) and row-major
+    experts (rrr, no grouped variant built) name none: the per-group loop."""
+    if "sm_90a" not in td.registry().targets:
+        pytest.skip("no sm_90a library in this installation")
+    grouped = {k.name for k in td.registry().kernels("gemm", "sm_90a")
+               if k.family == "cutlass_grouped" and k.dtype.key == "fp16" and k.layout.key == "rcr"}
+    if not grouped:
+        pytest.skip("no fp16 rcr cutlass_grouped kernel in this installation")
+    G, K, N = 8, 512, 256
+    offsets = np.cumsum([100, 0, 300, 1, 99, 200, 150, 150]).astype(np.int32)
+    a = _FakeDeviceArray((1000, K), 1 << 32)
+    b = _FakeDeviceArray((G, K, N), 1 << 34, strides=(N * K * 2, 2, K * 2))  # (G, N, K) transposed: rcr
+    assert td.grouped_gemm_select(a, b, offsets, target="sm_90a") in grouped
+    row_major = _FakeDeviceArray((G, K, N), 1 << 34)
+    assert td.grouped_gemm_select(a, row_major, offsets, target="sm_90a") == ""
+    a500 = _FakeDeviceArray((1000, 500), 1 << 32)
+    b500 = _FakeDeviceArray((G, 500, N), 1 << 34, strides=(N * 500 * 2, 2, 500 * 2))
+    assert td.grouped_gemm_select(a500, b500, offsets, target="sm_90a") == ""
+    a_list = [_FakeDeviceArray((m, K), (1 << 32) + i * (1 << 20)) for i, m in enumerate([5, 0, 64])]
+    b_list = [_FakeDeviceArray((K, N), (1 << 36) + i * (1 << 20), strides=(2, K * 2)) for i in range(3)]
+    assert td.grouped_gemm_select(a_list, b_list, target="sm_90a") in grouped
+    with pytest.raises(td.InvalidArgumentError, match=r"offsets\[-1\] = 1000 is beyond the 999 rows"):
+        td.grouped_gemm_select(_FakeDeviceArray((999, K), 1 << 32), b, offsets, target="sm_90a")
+    with pytest.raises(td.UnsupportedProblemError, match="bias runs on the cpu target"):
+        td.grouped_gemm(a, b, offsets, bias=np.zeros((G, N), np.float16), target="sm_90a")

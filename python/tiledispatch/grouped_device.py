@@ -118,11 +118,13 @@ class _Call:
             out_ptrs = [DeviceArray(o).ptr for o in self.outs]
         else:
             out_ptrs = [_FRESH * (i + 1) for i in range(len(da))]
-        orders_a = [_matrix_order(x.shape, x.strides) if x.shape[0] else ("r", x.shape[1]) for x in da]
-        orders_b = [_matrix_order(y.shape, y.strides) for y in db]
+        used = [i for i in range(len(da)) if da[i].shape[0] > 0] or [0]  # empty groups are skipped
+        orders_a = [_matrix_order(da[i].shape, da[i].strides) if da[i].shape[0] else ("r", 0) for i in used]
+        orders_b = [_matrix_order(db[i].shape, db[i].strides) for i in used]
         self._layout(orders_a, orders_b)
-        self._table(sizes, [o[1] for o in orders_a], [o[1] for o in orders_b], sizes[:, 1],
-                    [x.ptr for x in da], [y.ptr for y in db], out_ptrs)
+        lda, ldb = np.zeros(len(da), np.int64), np.zeros(len(da), np.int64)
+        lda[used], ldb[used] = [o[1] for o in orders_a], [o[1] for o in orders_b]
+        self._table(sizes, lda, ldb, sizes[:, 1], [x.ptr for x in da], [y.ptr for y in db], out_ptrs)
 
     def _from_offsets(self, a, b, offsets, out):
         da, db = DeviceArray(a), DeviceArray(b)
