@@ -228,6 +228,11 @@ def test_graph_capture_needs_a_workspace(gen):
     assert size.value > 0
     ws = torch.empty(size.value, dtype=torch.uint8, device="cuda")
     stream = torch.cuda.Stream()
+    refused = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(refused, stream=stream):
+            status = d.lib.td_gemm_grouped_run(p, None, call.table(), call.groups, stream.cuda_stream, None)
+    assert status == -1 and "during CUDA graph capture pass one" in d.lib.last_error()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
         with torch.cuda.graph(graph, stream=stream):

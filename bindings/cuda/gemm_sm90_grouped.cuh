@@ -321,10 +321,11 @@ struct Sm90GroupedGemm {
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) capture = cudaStreamCaptureStatusNone;
         const bool capturing = capture != cudaStreamCaptureStatusNone;
+        // TD_ERROR, not TD_REJECTED: the call fails here rather than fall back to the per-group loop
         if (capturing && !ws)
-            return fail(TD_REJECTED, "a grouped GEMM launch copies its problem list into the workspace; during CUDA "
-                                     "graph capture pass one (td_gemm_grouped_run_ex; its size: "
-                                     "td_gemm_grouped_workspace_size)");
+            return fail(TD_ERROR, "a grouped GEMM launch copies its problem list into the workspace; during CUDA "
+                                  "graph capture pass one (td_gemm_grouped_run_ex; its size: "
+                                  "td_gemm_grouped_workspace_size)");
         const ArgLayout at(used);
         const size_t lib_bytes = cutlass_workspace(p);
         const size_t need = lib_bytes + at.bytes;

@@ -115,7 +115,8 @@ TD_API int td_gemm_run_ex(const TdGemmProblem* p, const char* kernel, const void
  * (and on cpu) each group runs as its own GEMM, with its own selection. kernel: a grouped
  * kernel's name runs that kernel (TD_REJECTED where it refuses a group); another kernel's name
  * runs the per-group loop with it. During CUDA graph capture a grouped kernel needs the
- * caller's workspace (td_gemm_grouped_run_ex; its size: td_gemm_grouped_workspace_size). */
+ * caller's workspace (td_gemm_grouped_run_ex; its size: td_gemm_grouped_workspace_size):
+ * without one the call fails (TD_ERROR) rather than run the loop. */
 TD_API int td_gemm_grouped_run(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups, int64_t count,
                                void* stream, float* time_ms);
 TD_API int td_gemm_grouped_run_ex(const TdGemmProblem* p, const char* kernel, const TdGemmGroup* groups,
