@@ -185,8 +185,9 @@ struct HipGemm {
 
 // A `fusion: generic` variant: the same engine and tiles with EpilogueGemmOps
 // (bindings/hip/epilogue.hpp) as its operands: every epilogue, the output type and the
-// batch at run time (one kernel per activation, picked at run time). Features: the TD_FEATURE_* bits it implements (all but block-wise
-// scales); the dispatcher core refuses problems needing others before supports().
+// batch at run time (one kernel per activation, picked at run time). Features: the
+// TD_FEATURE_* bits it implements (all but block-wise scales); the dispatcher core refuses
+// problems needing others before supports(). Compiled, not yet run on a GPU.
 template <int DT, int Layout, bool Streamk, int Reduction, int TM, int TN, int TK, int WM, int WN, int WK, int MM,
           int MN, int MK, bool DoubleBuf, bool Interwave, bool Pad, int Features>
 struct HipGemmGeneric {
