@@ -8,7 +8,7 @@
 // may be D. One variant serves every epilogue.
 //
 // The math is fp32 arithmetic only (no device-library call: the kernels link with -nogpulib
-// where the device libraries lack gfx942), so the emulator runs the exact code the GPU does.
+// where the device libraries lack gfx942), so the emulator runs the same math code as the GPU.
 #pragma once
 
 #include <cstdint>
