@@ -8,7 +8,7 @@ import re
 from conftest import ROOT
 
 from tiledispatch.codegen import expand, load_manifest
-from tiledispatch.codegen.families.cublaslt import CublasLt, features_of
+from tiledispatch.codegen.families.cublaslt import features_of
 from tiledispatch.codegen.frame import definition, kernel_info
 from tiledispatch.codegen.model import DType, Feature
 
