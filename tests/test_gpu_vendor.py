@@ -335,6 +335,28 @@ def test_cublaslt_fp8_row_and_column_scales(rows, cols):
 
 
 @needs(LT_FP8)
+def test_cublaslt_fp8_row_scales_with_a_batch_run_or_are_refused_by_cublaslt():
+    """Outer-vector scales shared by a batch of 2 (the ABI: one row_scale and col_scale for every
+    matrix): the right result, or cuBLASLt's refusal of the plan (TD_REJECTED with its status)."""
+    M, N, K, G = 32, 64, 128, 2
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    a = (torch.rand((G, M, K), generator=gen, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+    bt = (torch.rand((G, N, K), generator=gen, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+    row = torch.rand(M, generator=gen, device="cuda") + 0.5
+    col = torch.rand(N, generator=gen, device="cuda") + 0.5
+    d = torch.full((G, M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    problem = td.GemmProblem(M, N, K, "fp8_e4m3", "rcr", batch=G, stride_a=M * K, stride_b=N * K, stride_c=M * N,
+                             row_scale=True, col_scale=True)
+    try:
+        lt_run(LT_FP8, problem, a, bt, d, row_scale=row, col_scale=col)
+    except td.KernelRejectedError as err:
+        assert "cuBLASLt refused" in str(err) or "cuBLASLt has no algorithm" in str(err), str(err)
+        return
+    ref = (f64(a) @ f64(bt).transpose(1, 2)) * f64(row)[:, None] * f64(col)[None, :]
+    assert rel_error(d, ref) < 1e-2
+
+
+@needs(LT_FP8)
 @pytest.mark.parametrize("shape", [(128, 384, 512), (64, 320, 384), (36, 264, 208)])
 def test_cublaslt_fp8_block_scales(shape):
     """Block-wise scales (1 x 128 of A, 128 x 128 of B) in the ABI's row-major layouts,

@@ -377,16 +377,17 @@ struct CublasLtGemm {
     // carries the call's epilogue pointers, set before each matmul) and per problem fields
     // that shape them, pointer alignment and device. A plan cuBLASLt refused keeps the reason.
     static int feature_plan(const CublasLtApi& api, cublasLtHandle_t h, const TdGemmProblem& p, uint32_t align,
-                            const CublasLtEpiloguePointers& ptrs, CublasLtPlan** out) {
+                            uint32_t epilogue_align, const CublasLtEpiloguePointers& ptrs, CublasLtPlan** out) {
         static thread_local std::map<std::string, std::unique_ptr<CublasLtPlan>> plans;
         int device = 0;
         if (cudaGetDevice(&device) != cudaSuccess) return fail(TD_ERROR, "cudaGetDevice failed");
         const bool batched = p.batch > 1;
-        const int64_t key_fields[14] = {
+        const int64_t key_fields[15] = {
             p.M, p.N, p.K, p.lda, p.ldb, p.ldc, batched ? p.batch : 1, batched ? p.stride_a : 0,
             batched ? p.stride_b : 0, batched ? p.stride_c : 0, (int64_t)p.bias << 32 | (uint32_t)p.activation,
             (int64_t)p.aux << 24 | p.row_scale << 16 | p.col_scale << 8 | p.block_scale,
-            (int64_t)cublaslt_out_code(p) << 1 | (p.beta != 0.0f), (int64_t)align << 32 | (uint32_t)device};
+            (int64_t)cublaslt_out_code(p) << 1 | (p.beta != 0.0f), (int64_t)align << 32 | (uint32_t)device,
+            (int64_t)epilogue_align};
         const std::string key(reinterpret_cast<const char*>(key_fields), sizeof key_fields);
         std::unique_ptr<CublasLtPlan>& plan = plans[key];
         if (!plan) {
@@ -565,12 +566,16 @@ struct CublasLtGemm {
             return fail(TD_ERROR, std::string("the scale layout kernel failed to launch: ") +
                                       cudaGetErrorString(cudaGetLastError()));
 
-        uint32_t align = std::min(cublaslt_alignment(a), std::min(cublaslt_alignment(b), cublaslt_alignment(d)));
-        for (const void* q : {c, ptrs.bias, static_cast<const void*>(ptrs.aux), static_cast<const void*>(ptrs.scale_a),
+        // A, B, C and D's alignment is the heuristic's preference; the epilogue pointers' it reads
+        // from the descriptor: both in the plan's key.
+        const uint32_t align = std::min(std::min(cublaslt_alignment(a), cublaslt_alignment(b)),
+                                        std::min(cublaslt_alignment(c), cublaslt_alignment(d)));
+        uint32_t epilogue_align = 256;
+        for (const void* q : {ptrs.bias, static_cast<const void*>(ptrs.aux), static_cast<const void*>(ptrs.scale_a),
                               static_cast<const void*>(ptrs.scale_b)})
-            if (q) align = std::min(align, cublaslt_alignment(q));
+            if (q) epilogue_align = std::min(epilogue_align, cublaslt_alignment(q));
         CublasLtPlan* plan = nullptr;
-        if (int s = feature_plan(*api, h, p, align, ptrs, &plan)) return s;
+        if (int s = feature_plan(*api, h, p, align, epilogue_align, ptrs, &plan)) return s;
         if (std::string bad = set_pointers(*api, plan->desc, p, ptrs); !bad.empty()) return fail(TD_REJECTED, bad);
         void* work = nullptr;
         if (plan->workspace) {
