@@ -15,7 +15,7 @@
 // activation, so D = act(alpha * acc * scales + beta * C + bias) as the ABI has it:
 //  - beta * C: cuBLASLt's C with D's layout descriptor (C may be D itself);
 //  - bias along N: our columns are the rows of its column-major D^T, the direction of its
-//    BIAS epilogues (bias along M has no cuBLASLt epilogue: refused);
+//    BIAS epilogues (bias along M has no cuBLASLt epilogue: no TD_FEATURE_BIAS_M);
 //  - relu: RELU(_BIAS); gelu_tanh: GELU(_BIAS), the tanh approximation (cuBLAS docs,
 //    cublasLtEpilogue_t note); aux: GELU_AUX(_BIAS), whose aux is the GELU input, our
 //    pre-activation value (RELU_AUX writes a bit mask: refused);
@@ -212,7 +212,9 @@ struct CublasLtGemm {
     static constexpr bool a_row = Layout == TD_RCR || Layout == TD_RRR;
     static constexpr bool b_row = Layout == TD_RRR || Layout == TD_CRR;
     static constexpr bool fp8 = Dtype == TD_FP8_E4M3;
-    // What run_ex implements; cuBLASLt's scale modes are for narrow-precision inputs only.
+    // What run_ex implements; cuBLASLt's scale modes are for narrow-precision inputs only. No
+    // bias along M: cuBLASLt's bias runs along the rows of its column-major D^T, which are our
+    // columns (N), and its C broadcast (ldc 0) runs the same way; the dispatcher core refuses it.
     static constexpr int kFeatures = TD_FEATURE_BETA | TD_FEATURE_BIAS_N | TD_FEATURE_ACTIVATION | TD_FEATURE_AUX |
                                      TD_FEATURE_OUT_DTYPE | TD_FEATURE_BATCH |
                                      (fp8 ? TD_FEATURE_ROW_SCALE | TD_FEATURE_COL_SCALE | TD_FEATURE_BLOCK_SCALE : 0);
@@ -254,9 +256,6 @@ struct CublasLtGemm {
             return refuse(why, "cuBLASLt has no fp16 matmul with a bf16 output (fp16 or fp32 only)");
         if (Dtype == TD_BF16 && out == TD_OUT_FP16)
             return refuse(why, "cuBLASLt has no bf16 matmul with an fp16 output (bf16 or fp32 only)");
-        if (p.bias == TD_BIAS_M)
-            return refuse(why, "cuBLASLt has no bias along M: its bias runs along the rows of its column-major D, "
-                               "which are our columns (bias along N)");
         if (p.bias == TD_BIAS_N && fp8 && out == TD_OUT_FP32)
             return refuse(why, "cuBLASLt's fp8 matmul with an fp32 output takes a bf16 bias; the ABI's bias has D's "
                                "type (fp32)");
