@@ -270,7 +270,8 @@ LT_CASES = [  # (id, keyword arguments of lt_case)
 def test_cublaslt_bf16_features(case):
     d, aux, ref, pre = lt_case(LT_BF16, torch.bfloat16, 64, 48, 80, **case)
     tol = tol_of(case.get("out") or torch.bfloat16)
-    assert rel_error(d, ref) < tol
+    # an fp32 D of GELU: room for a hardware tanh approximation in cuBLASLt's epilogue
+    assert rel_error(d, ref) < (max(tol, 2e-3) if case.get("act") == "gelu_tanh" else tol)
     if aux is not None:
         assert rel_error(aux, pre) < tol
 
