@@ -1,6 +1,6 @@
 // cuda backend: cuBLASLt's matmul as a kernel of the registry (the cublaslt family), so that
 // selection weighs the vendor against our GEMMs. fp32 accumulation; the output is bf16 for
-// bf16 and fp8 inputs, fp16 for fp16. The library is opened at run time (vendor_lib.hpp);
+// bf16 and fp8 inputs, fp16 for fp16 (or the problem's out_dtype, below). The library is opened at run time (vendor_lib.hpp);
 // its headers come from the toolkit or the nvidia-cublas wheel at build time.
 //
 // Our row-major C (M x N) is cuBLAS's column-major C^T (N x M) = op(B) op(A) with our B as
@@ -24,9 +24,9 @@
 //  - fp8 row / column scales: the OUTER_VEC_32F scale mode (cuBLASLt's A is our B, so its A
 //    scale is our col_scale and its B scale our row_scale);
 //  - fp8 block-wise scales: VEC128_32F for our A, BLK128x128_32F for our B, the scales
-//    transposed into cuBLASLt's layouts first (see BlockScales below).
+//    transposed into cuBLASLt's layouts first (cublaslt_scale_a_mn_major below).
 // A feature problem's plan is made per thread (the descriptors carry the epilogue's pointers,
-// set before every call); one cuBLASLt refuses is TD_REJECTED with its status, at plan time.
+// set before every call); a plan cuBLASLt refuses is TD_REJECTED with its status, never run.
 #pragma once
 
 #include <cublasLt.h>
