@@ -1,9 +1,13 @@
 """The cublaslt family's GEMM features on the codegen side (no GPU, no cuBLASLt needed):
 KernelInfo.features of every cublaslt variant of the default manifest, the template instance
 that checks them at compile time (static_assert in bindings/cuda/gemm_cublaslt.cuh), and the
-refusals its supports() documents. The GPU side: tests/test_gpu_vendor.py."""
+refusals its supports() documents. The GPU side: tests/test_gpu_vendor.py, whose float64
+references are checked here against the ABI's reference implementation (the cpu target's
+`fusion: generic` kernels) so that a GPU failure there is the vendor mapping's, not the test's."""
 
 import re
+
+import pytest
 
 from conftest import ROOT
 
@@ -76,3 +80,44 @@ def test_header_refusals_are_documented():
                    "cuBLASLt's scale modes take fp8 inputs only",
                    "block-wise scales with a batch are not implemented"):
         assert reason in header, reason
+
+
+# ---- tests/test_gpu_vendor.py's cublaslt cases on the cpu target's generic kernels -----------
+
+CPU_TWINS = {"LT_BF16": "gemm_bf16_rcr_standard_48x64x128_r6x16_generic_cpu",
+             "LT_FP16_CCR": "gemm_fp16_ccr_standard_48x64x128_r6x16_generic_cpu",
+             "LT_FP8": "gemm_fp8e4m3_rcr_standard_48x64x128_r6x16_generic_cpu"}
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """test_gpu_vendor with its cublaslt kernel names replaced by the cpu generic twins."""
+    pytest.importorskip("torch", reason="the GPU tests' references need torch")
+    import tiledispatch as td
+    try:
+        cpu = {k.name for k in td.registry().kernels("gemm", "cpu")}
+    except Exception as err:  # noqa: BLE001 - no built library: nothing to run on
+        pytest.skip(f"no cpu library: {err}")
+    missing = set(CPU_TWINS.values()) - cpu
+    if missing:
+        pytest.skip(f"not built: {', '.join(sorted(missing))}")
+    import test_gpu_vendor as vendor
+    monkeypatch.setattr(vendor, "DEVICE", "cpu")
+    for name, twin in CPU_TWINS.items():
+        monkeypatch.setattr(vendor, name, twin)
+    return vendor
+
+
+def test_gpu_references_agree_with_the_cpu_reference(on_cpu):
+    v = on_cpu
+    for _, case in v.LT_CASES:
+        v.test_cublaslt_bf16_features(dict(case))
+    v.test_cublaslt_fp16_ccr_features()
+    for _, case in v.FP8_CASES:
+        v.test_cublaslt_fp8_features(dict(case))
+    for rows, cols in ((True, True), (True, False), (False, True)):
+        v.test_cublaslt_fp8_row_and_column_scales(rows, cols)
+    v.test_cublaslt_fp8_row_scales_with_a_batch_run_or_are_refused_by_cublaslt()
+    for shape in ((128, 384, 512), (64, 320, 384), (36, 264, 208)):
+        v.test_cublaslt_fp8_block_scales(shape)
+    v.test_cublaslt_fp8_block_scales_with_an_epilogue_run_or_are_refused_by_cublaslt()

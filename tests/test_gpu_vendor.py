@@ -186,6 +186,9 @@ LT_NAMES = {k.name for k in CUBLASLT}
 IN_KEY = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3"}
 OUT_KEY = {None: "default", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 LT_WORKSPACE = 32 << 20  # kCublasLtWorkspace
+# Where lt_case runs: the GPU, or (tests/test_cublaslt_features.py, which checks these
+# references against the ABI's reference implementation) the cpu target's generic kernels.
+DEVICE = "cuda"
 
 
 def needs(*names):
@@ -205,31 +208,34 @@ def f64(t):
 
 
 def lt_run(name, problem, a, b, d, **epilogue):
-    """One run of a named kernel on device tensors; the epilogue operands by TdGemmEpilogue name."""
+    """One run of a named kernel on DEVICE tensors; the epilogue operands by TdGemmEpilogue name."""
     ops = {k: v.data_ptr() for k, v in epilogue.items() if v is not None}
-    td.Dispatcher("gemm", GPU).run(problem, a.data_ptr(), b.data_ptr(), d.data_ptr(), kernel=name, timed=False,
-                                   stream=torch.cuda.current_stream().cuda_stream, epilogue=ops)
-    torch.cuda.synchronize()
+    gpu = DEVICE == "cuda"
+    td.Dispatcher("gemm", GPU if gpu else "cpu").run(
+        problem, a.data_ptr(), b.data_ptr(), d.data_ptr(), kernel=name, timed=False,
+        stream=torch.cuda.current_stream().cuda_stream if gpu else None, epilogue=ops)
+    if gpu:
+        torch.cuda.synchronize()
 
 
 def lt_case(name, in_dt, M, N, K, *, alpha=1.0, beta=0.0, c_is_d=False, bias=False, act="none", aux=False, out=None,
             batch=1, broadcast_b=False, a_row=True, seed=5):
     """Runs D = act(alpha * A B + beta * C + bias) (aux: the pre-activation) and returns
     (D, aux, the float64 D, the float64 pre-activation). B is column-major (rcr / ccr)."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
     out_dt = out or (torch.float16 if in_dt == torch.float16 else torch.bfloat16)
     G = batch
 
     def rand(*shape, dt):
-        return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(dt)
+        return (torch.rand(shape, generator=gen, device=DEVICE) * 2 - 1).to(dt)
 
     a_st = rand(G, M, K, dt=in_dt) if a_row else rand(G, K, M, dt=in_dt)  # A row- or column-major
     b_st = rand(1 if broadcast_b else G, N, K, dt=in_dt)  # B (K x N) column-major
     c = rand(G, M, N, dt=out_dt) if beta else None
     bias_v = rand(N, dt=out_dt) if bias else None
     c64 = f64(c) if c is not None else None
-    d = c if c_is_d else torch.full((G, M, N), float("nan"), dtype=out_dt, device="cuda")
-    aux_t = torch.full((G, M, N), float("nan"), dtype=out_dt, device="cuda") if aux else None
+    d = c if c_is_d else torch.full((G, M, N), float("nan"), dtype=out_dt, device=DEVICE)
+    aux_t = torch.full((G, M, N), float("nan"), dtype=out_dt, device=DEVICE) if aux else None
     batched = G > 1
     problem = td.GemmProblem(
         M, N, K, IN_KEY[in_dt], "rcr" if a_row else "ccr", lda=K if a_row else M, ldb=K, ldc=N, alpha=alpha,
@@ -305,9 +311,9 @@ def test_cublaslt_fp8_features(case):
 
 
 def fp8_operands(M, N, K, seed):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    a = (torch.rand((M, K), generator=gen, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
-    bt = (torch.rand((N, K), generator=gen, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)  # B column-major
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    a = (torch.rand((M, K), generator=gen, device=DEVICE) * 2 - 1).to(torch.float8_e4m3fn)
+    bt = (torch.rand((N, K), generator=gen, device=DEVICE) * 2 - 1).to(torch.float8_e4m3fn)  # B column-major
     return gen, a, bt
 
 
@@ -319,17 +325,17 @@ def test_cublaslt_fp8_row_and_column_scales(rows, cols):
     torch._scaled_mm's row-wise scaling."""
     M, N, K = 64, 96, 256
     gen, a, bt = fp8_operands(M, N, K, 6)
-    row = torch.rand(M, generator=gen, device="cuda") + 0.5
-    col = torch.rand(N, generator=gen, device="cuda") + 0.5
-    bias = (torch.rand(N, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+    row = torch.rand(M, generator=gen, device=DEVICE) + 0.5
+    col = torch.rand(N, generator=gen, device=DEVICE) + 0.5
+    bias = (torch.rand(N, generator=gen, device=DEVICE) * 2 - 1).to(torch.bfloat16)
     alpha = 1.0 if rows and cols else 2.0
-    d = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    d = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     problem = td.GemmProblem(M, N, K, "fp8_e4m3", "rcr", alpha=alpha, row_scale=rows, col_scale=cols, bias="n")
     lt_run(LT_FP8, problem, a, bt, d, row_scale=row if rows else None, col_scale=col if cols else None, bias=bias)
     acc = f64(a) @ f64(bt).t()
     ref = alpha * acc * (f64(row)[:, None] if rows else 1.0) * (f64(col)[None, :] if cols else 1.0) + f64(bias)
     assert rel_error(d, ref) < 1e-2
-    if rows and cols:
+    if rows and cols and DEVICE == "cuda":
         want = torch._scaled_mm(a, bt.t(), scale_a=row[:, None].contiguous(), scale_b=col[None, :].contiguous(),
                                 out_dtype=torch.bfloat16)  # its row-wise mode: bf16 out
         assert rel_error(d, f64(want) + f64(bias)) < 1e-2
@@ -340,12 +346,12 @@ def test_cublaslt_fp8_row_scales_with_a_batch_run_or_are_refused_by_cublaslt():
     """Outer-vector scales shared by a batch of 2 (the ABI: one row_scale and col_scale for every
     matrix): the right result, or cuBLASLt's refusal of the plan (TD_REJECTED with its status)."""
     M, N, K, G = 32, 64, 128, 2
-    gen = torch.Generator(device="cuda").manual_seed(9)
-    a = (torch.rand((G, M, K), generator=gen, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
-    bt = (torch.rand((G, N, K), generator=gen, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
-    row = torch.rand(M, generator=gen, device="cuda") + 0.5
-    col = torch.rand(N, generator=gen, device="cuda") + 0.5
-    d = torch.full((G, M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    gen = torch.Generator(device=DEVICE).manual_seed(9)
+    a = (torch.rand((G, M, K), generator=gen, device=DEVICE) * 2 - 1).to(torch.float8_e4m3fn)
+    bt = (torch.rand((G, N, K), generator=gen, device=DEVICE) * 2 - 1).to(torch.float8_e4m3fn)
+    row = torch.rand(M, generator=gen, device=DEVICE) + 0.5
+    col = torch.rand(N, generator=gen, device=DEVICE) + 0.5
+    d = torch.full((G, M, N), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     problem = td.GemmProblem(M, N, K, "fp8_e4m3", "rcr", batch=G, stride_a=M * K, stride_b=N * K, stride_c=M * N,
                              row_scale=True, col_scale=True)
     try:
@@ -367,16 +373,18 @@ def test_cublaslt_fp8_block_scales(shape):
     M, N, K = shape
     gen, a, bt = fp8_operands(M, N, K, 7)
     L, NB = -(-K // 128), -(-N // 128)
-    sa = torch.rand((M, L), generator=gen, device="cuda") + 0.5  # row-major, as the ABI
-    sb = torch.rand((L, NB), generator=gen, device="cuda") + 0.5
-    d = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    sa = torch.rand((M, L), generator=gen, device=DEVICE) + 0.5  # row-major, as the ABI
+    sb = torch.rand((L, NB), generator=gen, device=DEVICE) + 0.5
+    d = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     problem = td.GemmProblem(M, N, K, "fp8_e4m3", "rcr", block_scale=True)
     lt_run(LT_FP8, problem, a, bt, d, scale_a=sa, scale_b=sb)
-    k = torch.arange(K, device="cuda")
+    k = torch.arange(K, device=DEVICE)
     a_deq = f64(a) * f64(sa)[:, k // 128]
-    b_deq = f64(bt).t() * f64(sb)[k // 128][:, torch.arange(N, device="cuda") // 128]
+    b_deq = f64(bt).t() * f64(sb)[k // 128][:, torch.arange(N, device=DEVICE) // 128]
     ref = a_deq @ b_deq
     assert rel_error(d, ref) < 1e-2
+    if DEVICE != "cuda":
+        return
     try:  # torch's layouts: scale_a (M, L) M-major, scale_b (L, NB) K-major
         want = torch._scaled_mm(a, bt.t(), scale_a=sa.t().contiguous().t(), scale_b=sb.t().contiguous().t(),
                                 out_dtype=torch.bfloat16)
@@ -391,19 +399,19 @@ def test_cublaslt_fp8_block_scales_with_an_epilogue_run_or_are_refused_by_cublas
     status, TD_REJECTED), never a wrong result."""
     M, N, K = 64, 256, 256
     gen, a, bt = fp8_operands(M, N, K, 8)
-    sa = torch.rand((M, 2), generator=gen, device="cuda") + 0.5
-    sb = torch.rand((2, 2), generator=gen, device="cuda") + 0.5
-    c = (torch.rand((M, N), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
-    bias = (torch.rand(N, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
-    d = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    sa = torch.rand((M, 2), generator=gen, device=DEVICE) + 0.5
+    sb = torch.rand((2, 2), generator=gen, device=DEVICE) + 0.5
+    c = (torch.rand((M, N), generator=gen, device=DEVICE) * 2 - 1).to(torch.bfloat16)
+    bias = (torch.rand(N, generator=gen, device=DEVICE) * 2 - 1).to(torch.bfloat16)
+    d = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     problem = td.GemmProblem(M, N, K, "fp8_e4m3", "rcr", block_scale=True, beta=0.5, bias="n", activation="relu")
     try:
         lt_run(LT_FP8, problem, a, bt, d, scale_a=sa, scale_b=sb, c=c, bias=bias)
     except td.KernelRejectedError as err:
         assert "cuBLASLt refused" in str(err) or "cuBLASLt has no algorithm" in str(err), str(err)
         return
-    k = torch.arange(K, device="cuda")
-    ref = (f64(a) * f64(sa)[:, k // 128]) @ (f64(bt).t() * f64(sb)[k // 128][:, torch.arange(N, device="cuda") // 128])
+    k = torch.arange(K, device=DEVICE)
+    ref = (f64(a) * f64(sa)[:, k // 128]) @ (f64(bt).t() * f64(sb)[k // 128][:, torch.arange(N, device=DEVICE) // 128])
     ref = (ref + 0.5 * f64(c) + f64(bias)).clamp_min(0.0)
     assert rel_error(d, ref) < 1e-2
 
