@@ -45,9 +45,10 @@ def test_names_round_trip_and_do_not_clash_with_the_cutlass_family():
 @pytest.mark.parametrize("dtype, layout, tile, knobs, message", [
     ("bf16", "rcr", (128, 128, 64), CutlassBlockwise(), "block-wise scaling is built for fp8_e4m3 and fp8_e5m2, not bf16"),
     ("fp8_e4m3", "rrr", (128, 128, 128), CutlassBlockwise(), "fp8 wgmma needs K-major A and B: layout rcr only"),
-    ("fp8_e4m3", "rcr", (128, 64, 128), CutlassBlockwise(), "tile N 64 must be a multiple of 128"),
+    ("fp8_e4m3", "rcr", (128, 64, 128), CutlassBlockwise(), "tile N must be 128, not 64"),
+    ("fp8_e4m3", "rcr", (128, 256, 128), CutlassBlockwise(2, 1), "tile N must be 128, not 256"),
     ("fp8_e4m3", "rcr", (128, 128, 64), CutlassBlockwise(), "tile K must be 128 for fp8_e4m3"),
-    ("fp8_e4m3", "rcr", (128, 256, 128), CutlassBlockwise(), "cooperative tile 128x256: the mainloop's two "
+    ("fp8_e4m3", "rcr", (256, 128, 128), CutlassBlockwise(), "cooperative tile 256x128: the mainloop's two "
                                                               "accumulator sets"),
     ("fp8_e4m3", "rcr", (128, 128, 128), CutlassBlockwise(1, 1, "pingpong"), "pingpong tile 128x128"),
     ("fp8_e4m3", "rcr", (64, 128, 128), CutlassBlockwise(), "the cooperative schedule needs tile M 128 or 256"),

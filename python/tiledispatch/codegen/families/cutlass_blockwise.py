@@ -33,8 +33,11 @@ def blockwise_problems(dtype, layout, variant, tile, cluster_m: int, cluster_n: 
     if variant is not GemmVariant.STANDARD:
         out.append("the blockwise kernels are variant standard (data-parallel tiles)")
     out += tile_problems(dtype, tile, cluster_m, cluster_n)  # tile K 128: one K tile is one scale block
-    if tn % SCALE_BLOCK:
-        out.append(f"tile N {tn} must be a multiple of {SCALE_BLOCK}: a tile spans whole scale blocks of B")
+    # With A's scales per row, CUTLASS 4.2's mainloop takes one scale of B a tile (a tile N of 256
+    # fails its static assertion "Accumulator and scaleB must have same shape").
+    if tn != SCALE_BLOCK:
+        out.append(f"tile N must be {SCALE_BLOCK}, not {tn}: one scale block of B a tile (CUTLASS's "
+                   f"blockwise mainloop with per-row scales of A)")
     if schedule == "cooperative" and tm not in (128, 256):
         out.append(f"the cooperative schedule needs tile M 128 or 256, not {tm}")
     if schedule == "pingpong" and tm not in (64, 128):
