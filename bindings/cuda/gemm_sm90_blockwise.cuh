@@ -35,7 +35,7 @@ struct Sm90BlockwiseGemm {
     using Out = typename Element<DType>::out;
     static_assert(sizeof(In) == 1, "block-wise scaling is built for fp8 inputs");
     static_assert(TK == kScaleBlock, "one K tile is one scale block along K");
-    static_assert(TN % kScaleBlock == 0, "a tile spans whole scale blocks of B along N");
+    static_assert(TN == kScaleBlock, "one scale block of B a tile (CUTLASS 4.2 with per-row scales of A)");
     using LayoutA = cutlass::layout::RowMajor;     // rcr: A K-major
     using LayoutB = cutlass::layout::ColumnMajor;  // rcr: B K-major
     using LayoutC = cutlass::layout::RowMajor;
