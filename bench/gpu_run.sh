@@ -48,6 +48,9 @@ if want test; then
   "$helper" 4096 4096 4096 --validate; echo
   step "GPU tests"
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu.py" 2>&1 | tee "$OUT/test_gpu.log" | tail -15
+  step "GPU tests: fp8 with block-wise scales"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_fp8_blockwise.py" 2>&1 \
+    | tee "$OUT/test_gpu_fp8_blockwise.log" | tail -15
 fi
 if want sanitize; then
   for tool in memcheck racecheck; do

@@ -24,7 +24,9 @@ TORCH = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP8_E4M3: "float8_
 
 
 def kernels():
-    return td.registry().kernels("gemm", GPU) if GPU else []
+    """The GEMM kernels that run plain problems (the cutlass_blockwise kernels run only fp8
+    problems with block-wise scales: tests/test_gpu_fp8_blockwise.py)."""
+    return [k for k in td.registry().kernels("gemm", GPU) if k.family != "cutlass_blockwise"] if GPU else []
 
 
 def tdtype(dtype):

@@ -13,6 +13,7 @@ from .blocked import Blocked
 from .cublaslt import CublasLt
 from .cudnn import Cudnn
 from .cutlass import Cutlass
+from .cutlass_blockwise import CutlassBlockwise
 from .depthwise import Depthwise
 from .depthwise_mma import DepthwiseMma
 from .direct import Direct
@@ -30,6 +31,7 @@ FAMILIES = [
     Mfma,          # hip
     Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit, GroupedMma,  # cuda
     Cudnn, CublasLt,  # cuda, vendor libraries
+    CutlassBlockwise,  # cuda, fp8 with block-wise scales
 ]
 
 OP_WORDS = {"gemm": "GEMM", "conv": "convolution"}
