@@ -50,6 +50,9 @@ if want test; then
   "$helper" 4096 4096 4096 --validate; echo
   step "GPU tests"
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu.py" 2>&1 | tee "$OUT/test_gpu.log" | tail -15
+  step "GPU tests: fp8 with block-wise scales"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_fp8_blockwise.py" 2>&1 \
+    | tee "$OUT/test_gpu_fp8_blockwise.log" | tail -15
   step "GPU grouped GEMM tests (cutlass_grouped: one launch for every group)"
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_grouped_gemm.py" 2>&1 \
     | tee "$OUT/test_gpu_grouped_gemm.log" | tail -15

@@ -17,6 +17,8 @@ d = td.Dispatcher("gemm")
 rng = np.random.default_rng(1)
 sample = {}
 for k in d.kernels:
+    if k.knobs.algorithm == "cutlass_blockwise":
+        continue  # block-wise scales only, on device pointers: the sample below
     if k.variant is GemmVariant.GROUPED:  # grouped calls only, on device arrays (tests/test_gpu_grouped_gemm.py)
         continue
     # our fp8 mainloop in N slices (bindings/cuda/fp8_mainloop.cuh) is a kind of its own
@@ -40,6 +42,32 @@ for k in sample.values():
         c = td.gemm(a_mem, b_mem, kernel=k.name)
         ref, mag = reference.gemm(a, b)
         ok = reference.compare(c, ref, mag, k.dtype, K)["ok"]
+        print(f"{k.name} {M}x{N}x{K}: {'ok' if ok else 'MISMATCH'}", flush=True)
+        assert ok
+
+# ---- fp8 with block-wise scales (cutlass_blockwise): device operands, so through torch where it is installed ----
+blockwise = [k for k in d.kernels if k.knobs.algorithm == "cutlass_blockwise"]
+if blockwise:
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("cutlass_blockwise: not sampled (torch is needed for its device operands)", flush=True)
+    for k in blockwise if torch else ():
+        M, N, K = 201, 136, 1040  # partial tiles, a partial last scale block along K and N
+        fp8 = torch.float8_e4m3fn if k.dtype.key == "fp8_e4m3" else torch.float8_e5m2
+        a = (torch.rand(M, K, device="cuda") * 4 - 2).to(fp8)
+        b = (torch.rand(N, K, device="cuda") * 4 - 2).to(fp8).t()
+        sa = torch.rand(M, -(-K // 128), device="cuda") + 0.5
+        sb = torch.rand(-(-K // 128), -(-N // 128), device="cuda") + 0.5
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        d.run(td.GemmProblem(M, N, K, k.dtype, "rcr", K, K, N, block_scale=True), a.data_ptr(), b.data_ptr(),
+              out.data_ptr(), kernel=k.name, epilogue={"scale_a": sa.data_ptr(), "scale_b": sb.data_ptr()})
+        torch.cuda.synchronize()
+        a64 = a.double() * sa.double().repeat_interleave(128, 1)[:, :K]
+        b64 = b.double() * sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:K, :N]
+        ok = reference.compare(out.float().cpu().numpy(), (a64 @ b64).cpu().numpy(),
+                               (a64.abs() @ b64.abs()).cpu().numpy(), k.dtype, K)["ok"]
         print(f"{k.name} {M}x{N}x{K}: {'ok' if ok else 'MISMATCH'}", flush=True)
         assert ok
 

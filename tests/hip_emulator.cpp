@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hip/epilogue.hpp"
 #include "hip/operands.hpp"
 
 using namespace td::hip;
@@ -20,12 +21,10 @@ static int failures = 0;
 template <class E>
 struct HostBlock {
     using S = typename E::S;
-    std::vector<S> buf[E::kBuffers];
+    std::vector<S> buf;  // the LDS buffers in one allocation, as on the GPU (the staged store spans them)
     std::vector<typename E::Acc> accs;
-    HostBlock() : accs(E::kThreads) {
-        for (auto& b : buf) b.assign(E::kLds, S(0x5a));  // garbage: every element read must be loaded first
-    }
-    S* lds(int i) { return buf[i].data(); }
+    HostBlock() : buf(E::kBuffers * E::kLds, S(0x5a)), accs(E::kThreads) {}  // garbage: read only after a load
+    S* lds(int i) { return buf.data() + i * E::kLds; }  // operator new's alignment: fp32 staging is aligned
     typename E::Acc& acc(int tid) { return accs[tid]; }
     template <class F> void for_each_thread(F f) { for (int t = 0; t < E::kThreads; ++t) f(t); }
     void barrier() {}
@@ -82,13 +81,13 @@ static double tolerance(int dt, int64_t k) {
 
 // Runs the grid of one problem through the engine: data-parallel or stream-K + fix-up.
 template <class E, class Ops>
-static void run_grid(const Ops& ops, int64_t batches, bool streamk, bool atomic, int64_t units) {
+static void run_grid(const Ops& ops, int64_t batches, bool streamk, bool atomic, int64_t units, float alpha = 1.f) {
     const Grid g{batches, (ops.M + E::kTM - 1) / E::kTM, (ops.N + E::kTN - 1) / E::kTN, (ops.K + E::kTK - 1) / E::kTK};
     auto add = [](float* p, float v) { *p += v; };
     if (!streamk) {
         for (int64_t b = 0; b < g.tiles(); ++b) {
             HostBlock<E> blk;
-            run_block<E>(blk, ops, g, false, StreamK{}, false, nullptr, b, 1.f, add);
+            run_block<E>(blk, ops, g, false, StreamK{}, false, nullptr, b, alpha, add);
         }
         return;
     }
@@ -96,11 +95,11 @@ static void run_grid(const Ops& ops, int64_t batches, bool streamk, bool atomic,
     std::vector<float> ws(streamk_workspace_floats<E::kTM, E::kTN>(sk, atomic), atomic ? 0.f : NAN);
     for (int64_t u = 0; u < sk.units; ++u) {
         HostBlock<E> blk;
-        run_block<E>(blk, ops, g, true, sk, atomic, ws.data(), u, 1.f, add);
+        run_block<E>(blk, ops, g, true, sk, atomic, ws.data(), u, alpha, add);
     }
     for (int64_t t = 0; t < g.tiles(); ++t) {
         HostBlock<E> blk;
-        fixup_tile<E>(blk, ops, sk, atomic, ws.data(), t, 1.f);
+        fixup_tile<E>(blk, ops, sk, atomic, ws.data(), t, alpha);
     }
 }
 
@@ -204,6 +203,180 @@ static void conv_case(const char* name, ConvShape s) {
     report<E>(what, out, ref, mag, ops.K);
 }
 
+// ---------------------------------------------------------------- the generic epilogue
+// Element of the output type (enum td_out_dtype) <-> double, for the reference.
+static double out_value(const std::vector<uint8_t>& buf, int64_t at, int out) {
+    return load_elem(buf.data(), at, out);
+}
+
+static double act_ref(int act, double x) {
+    switch (act) {
+        case TD_ACT_RELU: return x < 0 ? 0 : x;
+        case TD_ACT_GELU: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));  // = x / 2 * (1 + erf(x / sqrt 2))
+        case TD_ACT_GELU_TANH:  // x / 2 * (1 + tanh u) without the cancellation for negative x
+            return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+        case TD_ACT_SILU: return x / (1.0 + std::exp(-x));
+        default: return x;
+    }
+}
+
+template <int Act> static float act_f32(float x) { return activate<Act>(x); }
+static float act_dev(int act, float x) {
+    switch (act) {
+        case TD_ACT_RELU: return act_f32<TD_ACT_RELU>(x);
+        case TD_ACT_GELU: return act_f32<TD_ACT_GELU>(x);
+        case TD_ACT_GELU_TANH: return act_f32<TD_ACT_GELU_TANH>(x);
+        case TD_ACT_SILU: return act_f32<TD_ACT_SILU>(x);
+        default: return x;
+    }
+}
+
+// The fp32 activations (no device library) against the double ones, x in [-30, 30]:
+// relative error below 2e-6 plus 4 ulp of the exponential's argument (its rounding in fp32
+// scales the result: x^2 / 2 for gelu, 2u for gelu_tanh, x for silu); 1e-37 absolute where
+// the result underflows.
+static void activation_case() {
+    for (int act = TD_ACT_RELU; act <= TD_ACT_SILU; ++act) {
+        double worst = 0;
+        int64_t bad = 0, n = 0;
+        for (double x = -30.0; x <= 30.0; x += 0.0137, ++n) {
+            const double got = act_dev(act, (float)x), ref = act_ref(act, (double)(float)x);
+            const double err = std::fabs(got - ref), rel = err / std::max(std::fabs(ref), 1e-30);
+            const double arg = act == TD_ACT_GELU ? x * x / 2
+                               : act == TD_ACT_GELU_TANH ? std::fabs(1.5957691 * (x + 0.044715 * x * x * x))
+                                                         : std::fabs(x);
+            if (!(err <= (2e-6 + 2.4e-7 * arg) * std::fabs(ref) + 1e-37)) ++bad;
+            if (std::fabs(ref) > 1e-30) worst = std::max(worst, rel);
+        }
+        const bool nan_ok = std::isnan(act_dev(act, NAN));
+        std::printf("%s activation %d (fp32 math): %lld points, %lld outside tolerance, max relative error %.3g%s\n",
+                    bad || !nan_ok ? "FAIL" : "ok  ", act, (long long)n, (long long)bad, worst,
+                    nan_ok ? "" : ", NaN not kept");
+        failures += bad != 0 || !nan_ok;
+    }
+}
+
+struct EpilogueCase {
+    int64_t M, N, K, batch;
+    bool broadcast_a, broadcast_b;  // stride 0 over the batch
+    float alpha, beta;              // beta != 0: C is read
+    bool c_is_d;                    // C aliases D
+    int bias, act;                  // enum td_bias, td_activation
+    bool aux, row_scale, col_scale;
+    int out;                        // enum td_out_dtype (resolved)
+    bool streamk, atomic;
+    int64_t units;
+};
+
+template <class E, int Layout, int Act>
+static void epilogue_case_as(const char* name, const EpilogueCase& t) {
+    constexpr int DT = E::kDType;
+    using S = typename E::S;
+    std::mt19937 rng(77 + t.M + t.N + t.K + Act);
+    std::uniform_real_distribution<float> u(-1.f, 1.f), pos(0.5f, 2.f);
+    const bool a_row = Layout == 0 || Layout == 1, b_row = Layout == 1 || Layout == 2;
+    const int64_t M = t.M, N = t.N, K = t.K, G = t.batch;
+    const int64_t lda = (a_row ? K : M) + 3, ldb = (b_row ? N : K) + 5, ldc = N + 2;
+    const int64_t span_a = (a_row ? M : K) * lda, span_b = (b_row ? K : N) * ldb, span_c = M * ldc + 7;
+    const int64_t stride_a = t.broadcast_a ? 0 : span_a, stride_b = t.broadcast_b ? 0 : span_b;
+    std::vector<S> A(t.broadcast_a ? span_a : G * span_a), B(t.broadcast_b ? span_b : G * span_b);
+    for (auto& v : A) v = random_elem<DT>(rng);
+    for (auto& v : B) v = random_elem<DT>(rng);
+    const int ob = t.out == TD_OUT_FP32 ? 4 : 2;
+    auto fill = [&](std::vector<uint8_t>& buf, int64_t count) {
+        buf.assign(count * ob, 0);
+        for (int64_t i = 0; i < count; ++i) store_elem(buf.data(), i, t.out, 2.f * u(rng));
+    };
+    std::vector<uint8_t> D(G * span_c * ob, 0xff), C, bias, aux(G * span_c * ob, 0xff);
+    fill(C, G * span_c);
+    if (t.c_is_d) D = C;
+    fill(bias, t.bias == TD_BIAS_M ? M : N);
+    std::vector<float> rs(M), cs(N);
+    for (auto& v : rs) v = pos(rng);
+    for (auto& v : cs) v = pos(rng);
+    const std::vector<uint8_t> C0 = C;  // C as it was (D overwrites it when they alias)
+    EpilogueGemmOps<DT, Layout, Act> ops{A.data(), B.data(), D.data(),
+                                         t.beta != 0.f ? (t.c_is_d ? (const void*)D.data() : C.data()) : nullptr,
+                                         t.bias ? bias.data() : nullptr, t.aux ? aux.data() : nullptr,
+                                         t.row_scale ? rs.data() : nullptr, t.col_scale ? cs.data() : nullptr,
+                                         M, N, K, lda, ldb, ldc, stride_a, stride_b, span_c, t.beta, t.bias, t.out};
+    run_grid<E>(ops, G, t.streamk, t.atomic, t.units, t.alpha);
+    // reference in double; tolerance relative to the magnitude of every term
+    const double eps_out = std::ldexp(1.0, t.out == TD_OUT_FP32 ? -23 : t.out == TD_OUT_FP16 ? -10 : -7);
+    const double tol = 8.0 * std::ldexp(1.0, -24) * std::sqrt((double)K) + eps_out;
+    int64_t bad = 0, bad_aux = 0, outside = 0;
+    double worst = 0;
+    for (int64_t g = 0; g < G; ++g) {
+        const S* a = A.data() + g * stride_a;
+        const S* b = B.data() + g * stride_b;
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+                double sum = 0, mag = 0;
+                for (int64_t k = 0; k < K; ++k) {
+                    const double x = decode<DT>(a_row ? a[m * lda + k] : a[k * lda + m]);
+                    const double y = decode<DT>(b_row ? b[k * ldb + n] : b[n * ldb + k]);
+                    sum += x * y;
+                    mag += std::fabs(x * y);
+                }
+                double scale = t.alpha;
+                if (t.row_scale) scale *= rs[m];
+                if (t.col_scale) scale *= cs[n];
+                const int64_t at = g * span_c + m * ldc + n;
+                double pre = scale * sum;
+                mag *= std::fabs(scale);
+                if (t.beta != 0.f) {
+                    const double c = out_value(C0, at, t.out);
+                    pre += (double)t.beta * c;
+                    mag += std::fabs((double)t.beta * c);
+                }
+                if (t.bias) {
+                    const double bv = out_value(bias, t.bias == TD_BIAS_M ? m : n, t.out);
+                    pre += bv;
+                    mag += std::fabs(bv);
+                }
+                const double ref = act_ref(Act, pre);
+                const double got = load_elem(D.data(), at, t.out);
+                const double err = std::fabs(got - ref);
+                worst = std::max(worst, err);
+                // the activation's slope is at most 1.13 (gelu); its own rounding adds eps_out
+                if (!(err <= 1.2 * tol * mag + eps_out * std::fabs(ref) + 1e-30)) ++bad;
+                if (t.aux && !(std::fabs(load_elem(aux.data(), at, t.out) - pre) <= tol * mag + 1e-30)) ++bad_aux;
+            }
+        // nothing written outside the matrices: the padding columns of D (and aux) keep their bytes
+        const std::vector<uint8_t> untouched(G * span_c * ob, 0xff);
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = N; n < ldc; ++n) {
+                const int64_t at = (g * span_c + m * ldc + n) * ob;
+                const auto& before = t.c_is_d ? C0 : untouched;
+                if (std::memcmp(&D[at], &before[at], ob)) ++outside;
+                if (t.aux && std::memcmp(&aux[at], &untouched[at], ob)) ++outside;
+            }
+    }
+    char what[320];
+    std::snprintf(what, sizeof what,
+                  "epilogue %s %lldx%lldx%lld batch %lld%s%s alpha %g beta %g%s bias %d act %d%s%s%s out %d %s", name,
+                  (long long)M, (long long)N, (long long)K, (long long)G, t.broadcast_a ? " A broadcast" : "",
+                  t.broadcast_b ? " B broadcast" : "", t.alpha, t.beta, t.c_is_d ? " (C is D)" : "", t.bias, Act,
+                  t.aux ? " aux" : "", t.row_scale ? " row_scale" : "", t.col_scale ? " col_scale" : "", t.out,
+                  t.streamk ? (t.atomic ? "stream-K atomic" : "stream-K deterministic") : "data-parallel");
+    const bool fail = bad || bad_aux || outside;
+    std::printf("%s %s: %lld outputs, %lld outside tolerance, %lld aux outside, %lld written outside, max error %.3g\n",
+                fail ? "FAIL" : "ok  ", what, (long long)(G * M * N), (long long)bad, (long long)bad_aux,
+                (long long)outside, worst);
+    failures += fail;
+}
+
+template <class E, int Layout>
+static void epilogue_case(const char* name, const EpilogueCase& t) {
+    switch (t.act) {
+        case TD_ACT_NONE: return epilogue_case_as<E, Layout, TD_ACT_NONE>(name, t);
+        case TD_ACT_RELU: return epilogue_case_as<E, Layout, TD_ACT_RELU>(name, t);
+        case TD_ACT_GELU: return epilogue_case_as<E, Layout, TD_ACT_GELU>(name, t);
+        case TD_ACT_GELU_TANH: return epilogue_case_as<E, Layout, TD_ACT_GELU_TANH>(name, t);
+        default: return epilogue_case_as<E, Layout, TD_ACT_SILU>(name, t);
+    }
+}
+
 // Engine with its MFMA shape and dtype visible to the emulator.
 template <int DT, int TM, int TN, int TK, int WM, int WN, int MM, int MN, int MK, bool Pad, bool DB>
 struct E : Engine<DT, TM, TN, TK, WM, WN, MM, MN, MK, Pad, DB> {
@@ -235,6 +408,30 @@ int main() {
     conv_case<BF16, 2>("3D bf16 stride 1x1x2", s3);
     ConvShape s1{3, 4, 1, 1, {1, 1, 40}, {1, 1, 4}, {}, {1, 1, 1}, {0, 0, 3}, {1, 1, 1}};
     conv_case<F16, 1>("1D depthwise fp16 causal width 4", s1);
+    // the generic epilogue (fusion: generic): every activation, bias along N and M, beta with C
+    // apart and C aliasing D, aux, row and column scales, fp32 / fp16 / bf16 outputs, batches
+    // with A or B broadcast, data-parallel and both stream-K reductions
+    activation_case();
+    using BF16Big = E<2, 128, 128, 32, 2, 2, 32, 32, 8, true, true>;  // the manifest's generic tile
+    //                                      M    N   K  batch bcA    bcB    alpha  beta  C=D    bias       act
+    epilogue_case<F16, 0>("fp16 rcr w2x2 m32x32x8 compv3",
+                          {100, 70, 50, 1, false, false, 1.f, 0.5f, false, TD_BIAS_N, TD_ACT_RELU, true, false, false,
+                           TD_OUT_FP16, false, false, 0});
+    epilogue_case<BF16Big, 0>("bf16 rcr w2x2 m32x32x8 compv3 128x128x32",
+                              {200, 150, 70, 1, false, false, 0.75f, -1.25f, true, TD_BIAS_M, TD_ACT_GELU, true, true,
+                               true, TD_OUT_BF16, false, false, 0});
+    epilogue_case<F16, 0>("fp16 rcr w2x2 m32x32x8 compv3",
+                          {130, 90, 300, 3, false, true, 1.f, 0.f, false, TD_BIAS_N, TD_ACT_GELU_TANH, true, false, true,
+                           TD_OUT_FP32, true, true, 7});
+    epilogue_case<BF16, 2>("bf16 crr w1x4 m16x16x16 mem",
+                           {77, 150, 64, 2, true, false, 1.f, 1.f, false, TD_BIAS_N, TD_ACT_SILU, false, true, false,
+                            TD_OUT_FP16, false, false, 0});
+    epilogue_case<BF16, 1>("bf16 rrr w1x4 m16x16x16 mem",
+                           {200, 260, 33, 1, false, false, 2.f, 0.25f, true, TD_BIAS_NONE, TD_ACT_NONE, false, false,
+                            false, TD_OUT_BF16, true, false, 3});
+    epilogue_case<FP8, 0>("fp8 e4m3 fnuz rcr w4x1 m32x32x16 compv3",
+                          {130, 70, 200, 1, false, false, 0.5f, 0.f, false, TD_BIAS_N, TD_ACT_GELU, true, true, true,
+                           TD_OUT_BF16, false, false, 0});
     std::printf("%s\n", failures ? "FAILED" : "all cases within tolerance");
     return failures ? 1 : 0;
 }

@@ -40,13 +40,15 @@ def test_the_enums_carry_the_models_codes():
     for family in families.FAMILIES:
         assert f"    TD_FAMILY_{family.FAMILY.upper()} = {family.CODE},\n" in header
     assert f"#define TD_DTYPE_COUNT {len(DType)}\n" in header
-    assert f"#define TD_FAMILY_COUNT {len(families.FAMILIES)}\n" in header
+    assert f"#define TD_FAMILY_COUNT {max(f.CODE for f in families.FAMILIES) + 1}\n" in header
     assert f"#define TD_ABI_VERSION {abi.ABI_VERSION}\n" in header
 
 
-def test_family_codes_are_unique_and_dense():
+def test_family_codes_are_unique_and_small():
+    """Unique, stable codes (registries store them); TD_FAMILY_COUNT is the largest plus one, so
+    a code may stay unused."""
     codes = sorted(f.CODE for f in families.FAMILIES)
-    assert codes == list(range(len(codes)))
+    assert len(set(codes)) == len(codes) and codes[0] == 0 and codes[-1] < 2 * len(codes)
     assert len({f.FAMILY for f in families.FAMILIES}) == len(codes)
 
 

@@ -107,7 +107,7 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
         "gemm_fp8e4m3_rcr_grouped_128x128x128_ptrarray_c1x1_coop_sm90a"}
     assert all(c.variant is GemmVariant.GROUPED for c in every if c.name in grouped)
     configs = [c for c in every if c.op == "gemm" and c.family not in ("cublaslt", "cutlass_grouped")]
-    assert len(configs) == 63  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others
+    assert len(configs) == 67  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others, 4 block-wise fp8
     fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
     assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
                           "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a",
@@ -480,7 +480,8 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1 and c.family != "cutlass_grouped"]
-    assert len(fp8) == 15 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny, cuBLASLt
+    # 12 CUTLASS (5 in N slices), 2 skinny, cuBLASLt, 4 block-wise (CUTLASS's blockwise mainloop: no promote knob)
+    assert len(fp8) == 19 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name

@@ -142,23 +142,31 @@ def test_every_kernel_without_the_feature_refuses_it(fields, named):
                 d.run(problem, 0, 0, 0, kernel=k.name)
 
 
-def test_only_generic_cpu_variants_declare_features():
-    """Every GPU kernel of the default manifest (sm_90a, gfx942, ...) registers features 0: the
-    dispatcher core refuses every epilogue, batch and block-scaled problem for them."""
+def test_only_generic_variants_declare_features():
+    """Every kernel of the default manifest but the `fusion: generic` ones and the cuBLASLt
+    vendor's registers features 0: the dispatcher core refuses every epilogue, batch and
+    block-scaled problem for them. The generic cpu variants declare every bit; the generic
+    gfx942 (mfma) ones every bit but block-wise scales (the cublaslt family's bits:
+    tests/test_cublaslt_features.py)."""
     from conftest import ROOT
     from tiledispatch.codegen import expand, load_manifest
     from tiledispatch.codegen.frame import kernel_info
     manifest = load_manifest(ROOT / "kernels.yaml")
-    generic = 0
+    generic = {}
     for target in ("cpu", "sm_90a", "gfx942", "gfx90a", "gfx950"):
         for config in expand(manifest, [target]).configs:
             if config.op != "gemm":
                 continue
             features = kernel_info(config).get("features", 0)
-            is_generic = target == "cpu" and config.knobs.fusion == "generic"
-            generic += is_generic
-            assert (features != 0) == is_generic, config.name
-    assert generic == 20
+            if config.family == "cublaslt":
+                continue
+            is_generic = getattr(config.knobs, "fusion", "none") == "generic"
+            if is_generic:
+                generic[target] = generic.get(target, 0) + 1
+                assert features == (1023 if target == "cpu" else 1023 - 512), config.name
+            else:
+                assert features == 0, config.name
+    assert generic == {"cpu": 20, "gfx942": 2}
 
 
 def test_cli_epilogue_validates():

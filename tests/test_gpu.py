@@ -24,10 +24,11 @@ TORCH = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP8_E4M3: "float8_
 
 
 def kernels():
-    """The GPU's GEMM kernels that run plain calls (the grouped variant runs grouped calls only:
-    tests/test_gpu_grouped_gemm.py)."""
+    """The GEMM kernels that run plain problems (the cutlass_blockwise kernels run only fp8
+    problems with block-wise scales: tests/test_gpu_fp8_blockwise.py; the grouped variant runs
+    grouped calls only: tests/test_gpu_grouped_gemm.py)."""
     every = td.registry().kernels("gemm", GPU) if GPU else []
-    return [k for k in every if k.variant is not GemmVariant.GROUPED]
+    return [k for k in every if k.family != "cutlass_blockwise" and k.variant is not GemmVariant.GROUPED]
 
 
 def tdtype(dtype):

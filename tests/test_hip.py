@@ -32,6 +32,9 @@ def default_hip_configs(target="gfx942"):
 
 # ---------------------------------------------------------------- codegen
 
+GENERIC = "gemm_bf16_rcr_standard_128x128x32_w2x2x1_m32x32x8_compv3_intrawave_pad_generic_gfx942"
+
+
 def test_hip_names_round_trip_and_carry_every_knob():
     configs = default_hip_configs()
     assert configs, "the default manifest has gfx942 variants"
@@ -51,6 +54,37 @@ def test_default_manifest_covers_every_gfx942_dtype_and_both_reductions():
     conv = [c for c in configs if c.op == "conv"]
     assert {(c.direction.key, c.ndim) for c in conv} == {(d, n) for d in ("fwd", "bwd_data", "bwd_weight")
                                                           for n in (1, 2, 3)}
+
+
+def test_generic_variants_name_their_fusion_and_declare_their_features():
+    from tiledispatch.codegen.frame import kernel_info
+    from tiledispatch.codegen.model import Feature
+    configs = {c.name: c for c in default_hip_configs()}
+    generic = sorted(n for n in configs if "_generic_" in n)
+    assert generic == [GENERIC, GENERIC.replace("bf16", "fp16")]
+    c = config_from_name(GENERIC)
+    assert c == configs[GENERIC] and c.knobs.fusion == "generic"
+    assert c.knobs == HipKnobs(2, 2, 1, 32, 32, 8, "compv3", "intrawave", True, "generic")
+    every_but_block_scale = sum(f.code for f in Feature) - Feature.BLOCK_SCALE.code
+    assert kernel_info(c)["features"] == every_but_block_scale == 511
+    assert "hip::HipGemmGeneric<2, 0, false, -1, 128, 128, 32, 2, 2, 1, 32, 32, 8," in c.knobs.instance(c)
+    assert c.knobs.instance(c).endswith("true, false, true, 511>")
+    # the plain variant of the same tile: its name, its instance and features 0, as before
+    plain = configs[GENERIC.replace("_generic", "")]
+    assert plain.knobs.fusion == "none" and kernel_info(plain)["features"] == 0
+    assert plain.knobs.instance(plain).startswith("hip::HipGemm<2, 0, false, -1, 128, 128, 32")
+    assert plain.knobs.to_dict()["fusion"] == "none"
+
+
+def test_generic_fusion_is_gemm_only_and_checked():
+    knobs = HipKnobs(2, 2, 1, fusion="generic")
+    assert "fusion applies to gemm only" in knobs.problems("conv", DType.FP16, None, None, (128, 128, 32), "gfx942")
+    assert knobs.problems("gemm", DType.FP16, None, None, (128, 128, 32), "gfx942") == []
+    with pytest.raises(ValueError, match="unknown fusion 'fused'"):
+        HipKnobs.from_yaml({"fusion": "fused"})
+    assert HipKnobs.from_token("w2x2x1_m32x32x8_mem_interwave_nopad_generic") == \
+        HipKnobs(2, 2, 1, 32, 32, 8, "mem", "interwave", False, "generic")
+    assert HipKnobs.from_token("w2x2x1_m32x32x8_mem_interwave_nopad_fused") is None
 
 
 @pytest.mark.parametrize("dtype, target, warp, why", [
@@ -114,15 +148,23 @@ def test_the_mfma_engine_computes_right_in_the_host_emulator(tmp_path):
     if cxx is None:
         pytest.skip("no C++ compiler on PATH")
     exe = tmp_path / "hip_emulator"
-    subprocess.run([cxx, "-std=c++17", "-O2", f"-I{ROOT / 'bindings'}", str(ROOT / "tests" / "hip_emulator.cpp"),
-                    "-o", str(exe)], check=True)
+    subprocess.run([cxx, "-std=c++17", "-O2", f"-I{ROOT / 'bindings'}", f"-I{ROOT / 'bindings' / 'include'}",
+                    str(ROOT / "tests" / "hip_emulator.cpp"), "-o", str(exe)], check=True)
     done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     print(done.stdout)
     assert done.returncode == 0, done.stdout
     lines = done.stdout.splitlines()
     assert lines[-1] == "all cases within tolerance"
-    assert sum(line.startswith("ok ") for line in lines) == 16
+    assert sum(line.startswith("ok ") for line in lines) == 26
     assert any("stream-K atomic" in line for line in lines) and any("stream-K deterministic" in line for line in lines)
+    # the generic epilogue: the four activations' fp32 math, then six GEMMs through it
+    assert sum(line.startswith("ok   activation ") for line in lines) == 4
+    epilogue = [line for line in lines if line.startswith("ok   epilogue ")]
+    assert len(epilogue) == 6
+    for needed in ("act 1", "act 2", "act 3", "act 4", "bias 1", "bias 2", "(C is D)", "aux", "row_scale",
+                   "col_scale", "out 1", "out 2", "out 3", "A broadcast", "B broadcast", "batch 3",
+                   "stream-K atomic", "stream-K deterministic", "data-parallel"):
+        assert any(needed in line for line in epilogue), needed
 
 
 # ---------------------------------------------------------------- gfx942 ISA
@@ -166,6 +208,27 @@ def test_gfx942_assembly_holds_the_mfma_of_its_dtype(config, tmp_path):
     # accumulators and fragments in registers: no kernel of the file uses scratch memory
     scratch = [int(v) for v in re.findall(r"\.private_segment_fixed_size:\s+(\d+)", text)]
     assert scratch and max(scratch) == 0, f"{config.name}: scratch bytes per lane {scratch}"
+
+
+def test_gfx942_assembly_of_the_generic_variant(tmp_path):
+    """The generic variant: one kernel per activation (and its fix-up), each with the MFMA of
+    its dtype, no scratch memory (the epilogue goes through LDS, the accumulators stay in
+    registers) and no function call."""
+    compiler, flags = hip_or_skip()
+    config = config_from_name(GENERIC)
+    src = tmp_path / f"{config.name}.hip"
+    emit.write_if_changed(src, emit.emit_source(config))
+    asm = tmp_path / f"{config.name}.s"
+    subprocess.run([compiler, "-x", "hip", "--offload-arch=gfx942", *flags["gfx942"], "-O3", "-std=c++17",
+                    "-DNDEBUG", f"-I{ROOT / 'bindings' / 'include'}", f"-I{ROOT / 'bindings'}",
+                    "--cuda-device-only", "-S", str(src), "-o", str(asm)], check=True)
+    text = asm.read_text()
+    kernels = re.findall(r"^\s+\.name:\s+(_Z\S*mfma_gemm_kernel\S*)", text, re.M)
+    assert len(kernels) == 5, kernels  # none, relu, gelu, gelu_tanh, silu
+    assert "v_mfma_f32_32x32x8_bf16" in text
+    scratch = [int(v) for v in re.findall(r"\.private_segment_fixed_size:\s+(\d+)", text)]
+    assert len(scratch) == 10 and max(scratch) == 0, scratch
+    assert "s_swappc" not in text
 
 
 def test_every_dtype_of_gfx942_is_checked_in_assembly():

@@ -222,7 +222,7 @@ def test_td_gemm_on_torch_tensors_goes_through_the_op():
     b = rand(6, 5, dtype=torch.bfloat16, seed=1)
     c = td.gemm(a, b)
     assert isinstance(c, torch.Tensor) and c.dtype == torch.bfloat16
-    assert type(c.grad_fn).__name__ == "GeneratedBackwardFor_tiledispatch_gemm_defaultBackward"
+    assert type(c.grad_fn).__name__ == "tiledispatch_gemmBackward"
     assert_close(c, a.double() @ b.double(), torch.bfloat16)
 
 

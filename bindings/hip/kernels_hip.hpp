@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "dispatcher.hpp"
+#include "hip/epilogue.hpp"
 #include "hip/operands.hpp"
 #include "tiledispatch/conv_geometry.hpp"
 #include "tiledispatch/device.hpp"
@@ -118,6 +119,28 @@ inline int hip_launch_status() {
     return TD_OK;
 }
 
+// The launches of one GEMM: data-parallel (one block per tile), or stream-K (units sharing
+// the K iterations, then one fix-up block per tile). Ops decides what store() writes.
+template <class Eng, class Ops, int DT, int MM, int MK, bool Interwave, bool Streamk, int Reduction>
+int launch_gemm(const Ops& ops, const Grid& g, const StreamK& sk, size_t need, void* ws, size_t ws_bytes,
+                void* stream_ptr, float alpha) {
+    const hipStream_t stream = static_cast<hipStream_t>(stream_ptr);
+    if (!Streamk) {
+        mfma_gemm_kernel<Eng, Ops, DT, MM, MK, Interwave>
+            <<<(unsigned)g.tiles(), Eng::kThreads, 0, stream>>>(ops, g, false, StreamK{}, false, nullptr, alpha);
+        return hip_launch_status();
+    }
+    float* work = nullptr;
+    if (int st = take_workspace(need, ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&work))) return st;
+    const bool atomic = Reduction == 0;
+    if (atomic && hipMemsetAsync(work, 0, need, stream) != hipSuccess) return hip_launch_status();
+    mfma_gemm_kernel<Eng, Ops, DT, MM, MK, Interwave>
+        <<<(unsigned)sk.units, Eng::kThreads, 0, stream>>>(ops, g, true, sk, atomic, work, alpha);
+    mfma_fixup_kernel<Eng, Ops, DT, MM, MK, Interwave>
+        <<<(unsigned)g.tiles(), Eng::kThreads, 0, stream>>>(ops, sk, atomic, work, alpha);
+    return hip_launch_status();
+}
+
 template <int DT, int Layout, bool Streamk, int Reduction, int TM, int TN, int TK, int WM, int WN, int WK, int MM,
           int MN, int MK, bool DoubleBuf, bool Interwave, bool Pad>
 struct HipGemm {
@@ -126,12 +149,14 @@ struct HipGemm {
     using S = typename Eng::S;
     static_assert(WK == 1, "waves along K are not split");
 
-    static Grid grid(const TdGemmProblem& p) {
-        return Grid{1, (p.M + TM - 1) / TM, (p.N + TN - 1) / TN, (p.K + TK - 1) / TK};
+    // batches: 1, or the batch of a generic variant (HipGemmGeneric)
+    static Grid grid(const TdGemmProblem& p, int64_t batches = 1) {
+        return Grid{batches, (p.M + TM - 1) / TM, (p.N + TN - 1) / TN, (p.K + TK - 1) / TK};
     }
-    static StreamK plan(const TdGemmProblem& p) {
-        return StreamK::make(grid(p), p.splits > 0 ? p.splits : device::multiprocessors());
+    static StreamK plan(const Grid& g, const TdGemmProblem& p) {
+        return StreamK::make(g, p.splits > 0 ? p.splits : device::multiprocessors());
     }
+    static StreamK plan(const TdGemmProblem& p) { return plan(grid(p), p); }
 
     static int supports(const TdGemmProblem& p, std::string* why) {
         if (p.dtype != DT) { *why = "dtype differs"; return TD_UNSUPPORTED; }
@@ -150,27 +175,78 @@ struct HipGemm {
 
     static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
                    void* stream_ptr) {
-        const hipStream_t stream = static_cast<hipStream_t>(stream_ptr);
         const Ops ops{static_cast<const S*>(a), static_cast<const S*>(b), static_cast<uint16_t*>(c),
                       p.M, p.N, p.K, p.lda, p.ldb, p.ldc};
         const float alpha = p.alpha == 0.0 ? 1.0f : (float)p.alpha;
-        const Grid g = grid(p);
-        if (!Streamk) {
-            mfma_gemm_kernel<Eng, Ops, DT, MM, MK, Interwave>
-                <<<(unsigned)g.tiles(), Eng::kThreads, 0, stream>>>(ops, g, false, StreamK{}, false, nullptr, alpha);
-            return hip_launch_status();
+        return launch_gemm<Eng, Ops, DT, MM, MK, Interwave, Streamk, Reduction>(
+            ops, grid(p), Streamk ? plan(p) : StreamK{}, workspace_size(p), ws, ws_bytes, stream_ptr, alpha);
+    }
+};
+
+// A `fusion: generic` variant: the same engine and tiles with EpilogueGemmOps
+// (bindings/hip/epilogue.hpp) as its operands: every epilogue, the output type and the
+// batch at run time (one kernel per activation, picked at run time). Features: the
+// TD_FEATURE_* bits it implements (all but block-wise scales); the dispatcher core refuses
+// problems needing others before supports(). Compiled, not yet run on a GPU.
+template <int DT, int Layout, bool Streamk, int Reduction, int TM, int TN, int TK, int WM, int WN, int WK, int MM,
+          int MN, int MK, bool DoubleBuf, bool Interwave, bool Pad, int Features>
+struct HipGemmGeneric {
+    using Plain = HipGemm<DT, Layout, Streamk, Reduction, TM, TN, TK, WM, WN, WK, MM, MN, MK, DoubleBuf, Interwave, Pad>;
+    using Eng = typename Plain::Eng;
+    template <int Act> using Ops = EpilogueGemmOps<DT, Layout, Act>;
+    using S = typename Eng::S;
+    static_assert((Features & TD_FEATURE_BLOCK_SCALE) == 0, "block-wise scales are not implemented");
+
+    static int64_t batches(const TdGemmProblem& p) { return p.batch > 1 ? p.batch : 1; }
+
+    // enum td_out_dtype of D, C, aux and bias: the problem's, else the input type's output.
+    static int out_code(const TdGemmProblem& p) {
+        if (p.out_dtype != TD_OUT_DEFAULT) return p.out_dtype;
+        return DT == TD_FP16 ? TD_OUT_FP16 : TD_OUT_BF16;
+    }
+
+    static int supports(const TdGemmProblem& p, std::string* why) { return Plain::supports(p, why); }
+
+    static size_t workspace_size(const TdGemmProblem& p) {
+        if (!Streamk) return 0;
+        const StreamK sk = Plain::plan(Plain::grid(p, batches(p)), p);
+        return (size_t)streamk_workspace_floats<TM, TN>(sk, Reduction == 0) * sizeof(float);
+    }
+
+    template <int Act>
+    static int launch(const TdGemmProblem& p, const void* a, const void* b, void* d, const TdGemmEpilogue& ep,
+                      void* ws, size_t ws_bytes, void* stream_ptr) {
+        using O = Ops<Act>;
+        const bool batched = p.batch > 1;
+        const O ops{static_cast<const S*>(a), static_cast<const S*>(b), d,
+                    p.beta != 0.0f ? ep.c : nullptr, p.bias != TD_BIAS_NONE ? ep.bias : nullptr,
+                    p.aux ? ep.aux : nullptr, p.row_scale ? ep.row_scale : nullptr,
+                    p.col_scale ? ep.col_scale : nullptr,
+                    p.M, p.N, p.K, p.lda ? p.lda : (O::a_row ? p.K : p.M), p.ldb ? p.ldb : (O::b_row ? p.N : p.K),
+                    p.ldc ? p.ldc : p.N, batched ? p.stride_a : 0, batched ? p.stride_b : 0,
+                    batched ? p.stride_c : 0, p.beta, p.bias, out_code(p)};
+        const Grid g = Plain::grid(p, batches(p));
+        return launch_gemm<Eng, O, DT, MM, MK, Interwave, Streamk, Reduction>(
+            ops, g, Streamk ? Plain::plan(g, p) : StreamK{}, workspace_size(p), ws, ws_bytes, stream_ptr, p.alpha);
+    }
+
+    static int run_ex(const TdGemmProblem& p, const void* a, const void* b, void* d, const TdGemmEpilogue& ep,
+                      void* ws, size_t ws_bytes, void* stream) {
+        if (gemm_features(p) & ~Features)  // selection never hands such a problem here
+            return fail(TD_REJECTED, "the kernel implements no block-wise scale");
+        switch (p.activation) {
+            case TD_ACT_NONE: return launch<TD_ACT_NONE>(p, a, b, d, ep, ws, ws_bytes, stream);
+            case TD_ACT_RELU: return launch<TD_ACT_RELU>(p, a, b, d, ep, ws, ws_bytes, stream);
+            case TD_ACT_GELU: return launch<TD_ACT_GELU>(p, a, b, d, ep, ws, ws_bytes, stream);
+            case TD_ACT_GELU_TANH: return launch<TD_ACT_GELU_TANH>(p, a, b, d, ep, ws, ws_bytes, stream);
+            case TD_ACT_SILU: return launch<TD_ACT_SILU>(p, a, b, d, ep, ws, ws_bytes, stream);
+            default: return fail(TD_REJECTED, "unknown activation code " + std::to_string(p.activation));
         }
-        const StreamK sk = plan(p);
-        const size_t need = workspace_size(p);
-        float* work = nullptr;
-        if (int st = take_workspace(need, ws, ws_bytes, stream_ptr, reinterpret_cast<void**>(&work))) return st;
-        const bool atomic = Reduction == 0;
-        if (atomic && hipMemsetAsync(work, 0, need, stream) != hipSuccess) return hip_launch_status();
-        mfma_gemm_kernel<Eng, Ops, DT, MM, MK, Interwave>
-            <<<(unsigned)sk.units, Eng::kThreads, 0, stream>>>(ops, g, true, sk, atomic, work, alpha);
-        mfma_fixup_kernel<Eng, Ops, DT, MM, MK, Interwave>
-            <<<(unsigned)g.tiles(), Eng::kThreads, 0, stream>>>(ops, sk, atomic, work, alpha);
-        return hip_launch_status();
+    }
+
+    static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
+                   void* stream) {
+        return run_ex(p, a, b, c, TdGemmEpilogue{}, ws, ws_bytes, stream);
     }
 };
 

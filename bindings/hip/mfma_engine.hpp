@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__HIP__)
 #define TD_HD __host__ __device__
@@ -116,6 +117,13 @@ template <int DT> TD_HD inline uint16_t encode_out(float v) {
 #endif
     else return float_to_bf16(v);
 }
+
+// Operands whose store() the engine runs through LDS (Engine::store_staged): those that
+// declare `static constexpr bool kStagedStore = true`.
+template <class Ops, class = void>
+struct StagedStore : std::false_type {};
+template <class Ops>
+struct StagedStore<Ops, std::void_t<decltype(Ops::kStagedStore)>> : std::bool_constant<Ops::kStagedStore> {};
 
 // ---------------------------------------------------------------- the engine
 template <int DT, int TM, int TN, int TK, int WM, int WN, int MM, int MN, int MK, bool Pad, bool DoubleBuf>
@@ -224,6 +232,45 @@ struct Engine {
         });
     }
 
+    // Output of a whole tile through LDS, for operands whose store() is too large to unroll
+    // once per accumulator (the generic epilogue): in passes of kStageRows rows, each thread
+    // writes its accumulators of the pass to LDS as fp32, then every thread stores elements
+    // tid, tid + kThreads, ... of the pass (a rolled loop, as the stream-K fix-up). Called
+    // after the mainloop's last barrier; ends with a barrier (LDS is free again).
+    static constexpr int kLdsBytes = kBuffers * kLds * (int)sizeof(S);
+    static constexpr int kStageRows = kLdsBytes / (TN * 4) < TM ? kLdsBytes / (TN * 4) : TM;
+    static_assert(kStageRows >= 1, "LDS holds one fp32 row of the tile");
+    template <class Block, class Ops>
+    TD_HD static void store_staged(Block& blk, const Ops& ops, int batch, int64_t m0, int64_t n0, float alpha) {
+        float* stage = reinterpret_cast<float*>(blk.lds(0));
+        for (int r0 = 0; r0 < TM; r0 += kStageRows) {
+            blk.for_each_thread([&](int tid) {
+                for_each_acc(tid, blk.acc(tid), [&](int row, int col, float v) {
+                    if (row >= r0 && row < r0 + kStageRows) stage[(row - r0) * TN + col] = v;
+                });
+            });
+            blk.barrier();
+            blk.for_each_thread([&](int tid) {
+                for (int e = tid; e < kStageRows * TN; e += kThreads) {
+                    const int row = r0 + e / TN, col = e % TN;
+                    if (row < TM && m0 + row < ops.M && n0 + col < ops.N)
+                        ops.store(batch, m0 + row, n0 + col, alpha * stage[e]);
+                }
+            });
+            blk.barrier();
+        }
+    }
+
+    // Output of a whole tile by the block: store() per thread, or store_staged() where the
+    // operands ask for it (Ops::kStagedStore).
+    template <class Block, class Ops>
+    TD_HD static void store_tile(Block& blk, const Ops& ops, int batch, int64_t m0, int64_t n0, float alpha) {
+        if constexpr (StagedStore<Ops>::value)
+            store_staged(blk, ops, batch, m0, n0, alpha);
+        else
+            blk.for_each_thread([&](int tid) { store(ops, batch, m0, n0, tid, blk.acc(tid), alpha); });
+    }
+
     // A partial tile as fp32 [TM][TN] (deterministic: written; atomic: added with add(p, v)).
     template <class Add>
     TD_HD static void store_partial(float* part, int tid, const Acc& acc, bool atomic, Add add) {
@@ -282,7 +329,7 @@ TD_HD void run_block(Block& blk, const Ops& ops, const Grid& g, bool streamk, co
     if (!streamk) {
         g.tile(block, &batch, &tm, &tn);
         E::mainloop(blk, ops, batch, tm * E::kTM, tn * E::kTN, 0, (int)g.iters);
-        blk.for_each_thread([&](int tid) { E::store(ops, batch, tm * E::kTM, tn * E::kTN, tid, blk.acc(tid), alpha); });
+        E::store_tile(blk, ops, batch, tm * E::kTM, tn * E::kTN, alpha);
         return;
     }
     const int64_t total = g.tiles() * g.iters;
@@ -296,7 +343,7 @@ TD_HD void run_block(Block& blk, const Ops& ops, const Grid& g, bool streamk, co
         g.tile(tile, &batch, &tm, &tn);
         E::mainloop(blk, ops, batch, tm * E::kTM, tn * E::kTN, kb, ke);
         if (kb == 0 && ke == g.iters) {
-            blk.for_each_thread([&](int tid) { E::store(ops, batch, tm * E::kTM, tn * E::kTN, tid, blk.acc(tid), alpha); });
+            E::store_tile(blk, ops, batch, tm * E::kTM, tn * E::kTN, alpha);
         } else {
             float* part = ws + (atomic ? tile : block * sk.max_segments() + (tile - first)) * (int64_t)E::kTM * E::kTN;
             blk.for_each_thread([&](int tid) { E::store_partial(part, tid, blk.acc(tid), atomic, add); });

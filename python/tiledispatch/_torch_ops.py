@@ -11,7 +11,13 @@ y (N, G*K, *out). Their memory is read channels-last (a tensor in torch's channe
 memory format is used in place, any other is copied once) and the outputs are new tensors
 stored channels-last. Every op returns a new tensor (no aliasing, nothing mutated).
 CPU tensors run on the host library through numpy views of their memory; CUDA tensors on
-the GPU library, on the current stream."""
+the GPU library, on the current stream.
+
+The ops are defined with torch.library.Library (schema, CPU and CUDA kernels, a fake kernel
+through torch.library.register_fake, and an Autograd kernel of our own: an
+autograd.Function where an input needs a gradient, else straight below autograd), not with
+torch.library.custom_op, whose Python wrapper layers cost about 7 us a call on top of the
+dispatcher's (bench/gemm.py's host-overhead table times the op against torch.matmul)."""
 from __future__ import annotations
 
 import torch
@@ -25,6 +31,44 @@ from .errors import InvalidArgumentError
 from .problems import INT32_MAX, ConvProblem, _integer, _spatial
 
 CONV_ARGS = "int[] stride, int[] padding, int[] dilation, int groups"
+
+_LIB = torch.library.Library("tiledispatch", "DEF")
+
+
+def _define(name: str, schema: str, kernel, fake, setup, backward):
+    """Defines torch.ops.tiledispatch.<name> and returns its OpOverload: `kernel` for CPU
+    and CUDA tensors, `fake` for torch.compile's fake tensors, and autograd through
+    setup(ctx, inputs, output) and backward(ctx, grad) (register_autograd's contract).
+    Only the first two arguments are tensors that can need a gradient."""
+    _LIB.define(name + schema)
+    _LIB.impl(name, kernel, "CPU")
+    _LIB.impl(name, kernel, "CUDA")
+    torch.library.register_fake(f"tiledispatch::{name}", fake, lib=_LIB)
+    op = getattr(torch.ops.tiledispatch, name).default
+
+    def forward(ctx, *inputs):
+        with torch._C._AutoDispatchBelowAutograd():
+            output = op(*inputs)
+        setup(ctx, inputs, output)
+        return output
+
+    # grad_fn of an output: tiledispatch_<name>Backward
+    Function = type(f"tiledispatch_{name}", (torch.autograd.Function,),
+                    {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+    arguments = op._schema.arguments
+
+    def autograd_kernel(*args, **kwargs):
+        if torch.is_grad_enabled() and (args[0].requires_grad or args[1].requires_grad):
+            inputs = list(args)  # every argument in schema order, defaults filled in
+            for argument in arguments[len(args):]:
+                inputs.append(kwargs[argument.name] if argument.name in kwargs else argument.default_value)
+            return Function.apply(*inputs)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args, **kwargs)
+
+    _LIB.impl(name, autograd_kernel, "Autograd")
+    return op
 
 
 def host_target(op: str) -> str:
@@ -62,9 +106,12 @@ def _gemm_shape(a, b):
     return a.shape[0], b.shape[1]
 
 
-@torch.library.custom_op("tiledispatch::gemm", mutates_args=(),
-                         schema="(Tensor a, Tensor b, float alpha=1.0) -> Tensor")
-def gemm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+def _gemm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    if a.is_cuda and not _torch_cuda.capturing():
+        # the lean path first: its cache entry exists only for metadata it has checked
+        out = api._torch_fast(a, b, None, alpha)
+        if out is not None:
+            return out
     M, N = _gemm_shape(a, b)
     a, b = _matrix(a), _matrix(b)
     if a.is_cuda:
@@ -74,7 +121,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
     return out
 
 
-@gemm.register_fake
 def _gemm_fake(a, b, alpha=1.0):
     M, N = _gemm_shape(a, b)
     return a.new_empty((M, N), dtype=out_dtype(a.dtype))
@@ -97,7 +143,8 @@ def _gemm_backward(ctx, grad):
     return grad_a, grad_b, None
 
 
-gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)
+gemm = _define("gemm", "(Tensor a, Tensor b, float alpha=1.0) -> Tensor", _gemm, _gemm_fake, _gemm_setup,
+               _gemm_backward)
 
 
 # ---- conv: shapes ---------------------------------------------------------------------------
@@ -197,43 +244,35 @@ def _run(problem, x, w, y):
 
 # ---- conv: the ops --------------------------------------------------------------------------
 
-@torch.library.custom_op("tiledispatch::conv", mutates_args=(), schema=f"(Tensor x, Tensor w, {CONV_ARGS}) -> Tensor")
-def conv(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups: int) -> torch.Tensor:
+def _conv(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups: int) -> torch.Tensor:
     _fwd_shape(x, w, stride, padding, dilation, groups)
     problem = _problem(Direction.FWD, x.shape, w.shape, stride, padding, dilation, groups, x.dtype)
     return _run(problem, x, w, None)
 
 
-@conv.register_fake
 def _conv_fake(x, w, stride, padding, dilation, groups):
     return empty_channels_last(_fwd_shape(x, w, stride, padding, dilation, groups), out_dtype(x.dtype), x.device)
 
 
-@torch.library.custom_op("tiledispatch::conv_bwd_data", mutates_args=(),
-                         schema=f"(Tensor dy, Tensor w, SymInt[] input_size, {CONV_ARGS}) -> Tensor")
-def conv_bwd_data(dy: torch.Tensor, w: torch.Tensor, input_size, stride, padding, dilation,
+def _conv_bwd_data(dy: torch.Tensor, w: torch.Tensor, input_size, stride, padding, dilation,
                   groups: int) -> torch.Tensor:
     shape = _bwd_data_shape(dy, w, input_size, stride, padding, dilation, groups)
     problem = _problem(Direction.BWD_DATA, shape, w.shape, stride, padding, dilation, groups, dy.dtype)
     return _run(problem, None, w, dy)
 
 
-@conv_bwd_data.register_fake
 def _conv_bwd_data_fake(dy, w, input_size, stride, padding, dilation, groups):
     shape = _bwd_data_shape(dy, w, input_size, stride, padding, dilation, groups)
     return empty_channels_last(shape, out_dtype(dy.dtype), dy.device)
 
 
-@torch.library.custom_op("tiledispatch::conv_bwd_weight", mutates_args=(),
-                         schema=f"(Tensor x, Tensor dy, SymInt[] filter_size, {CONV_ARGS}) -> Tensor")
-def conv_bwd_weight(x: torch.Tensor, dy: torch.Tensor, filter_size, stride, padding, dilation,
+def _conv_bwd_weight(x: torch.Tensor, dy: torch.Tensor, filter_size, stride, padding, dilation,
                     groups: int) -> torch.Tensor:
     shape = _bwd_weight_shape(x, dy, filter_size, stride, padding, dilation, groups)
     problem = _problem(Direction.BWD_WEIGHT, x.shape, shape, stride, padding, dilation, groups, x.dtype)
     return _run(problem, x, None, dy)
 
 
-@conv_bwd_weight.register_fake
 def _conv_bwd_weight_fake(x, dy, filter_size, stride, padding, dilation, groups):
     shape = _bwd_weight_shape(x, dy, filter_size, stride, padding, dilation, groups)
     return empty_channels_last(shape, out_dtype(x.dtype), x.device)
@@ -285,9 +324,12 @@ def _bwd_weight_backward(ctx, grad_dw):
     return grad_x, grad_dy, None, None, None, None, None
 
 
-conv.register_autograd(_conv_backward, setup_context=_conv_setup)
-conv_bwd_data.register_autograd(_bwd_data_backward, setup_context=_bwd_data_setup)
-conv_bwd_weight.register_autograd(_bwd_weight_backward, setup_context=_bwd_weight_setup)
+conv = _define("conv", f"(Tensor x, Tensor w, {CONV_ARGS}) -> Tensor", _conv, _conv_fake, _conv_setup,
+               _conv_backward)
+conv_bwd_data = _define("conv_bwd_data", f"(Tensor dy, Tensor w, SymInt[] input_size, {CONV_ARGS}) -> Tensor",
+                        _conv_bwd_data, _conv_bwd_data_fake, _bwd_data_setup, _bwd_data_backward)
+conv_bwd_weight = _define("conv_bwd_weight", f"(Tensor x, Tensor dy, SymInt[] filter_size, {CONV_ARGS}) -> Tensor",
+                          _conv_bwd_weight, _conv_bwd_weight_fake, _bwd_weight_setup, _bwd_weight_backward)
 
 
 # ---- td.conv on torch tensors ---------------------------------------------------------------

@@ -173,8 +173,9 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=
     """td.gemm with its extra arguments (see td.gemm's docstring); numpy arrays."""
     if any(is_device_array(x) for x in (a, b, out, c, bias, aux, row_scale, col_scale, scale_a, scale_b)):
         raise UnsupportedProblemError(
-            "fused epilogues, batches and fp8 row-wise or block-wise scales run on the cpu target (numpy arrays); "
-            "no GPU kernel implements them yet")
+            "td.gemm runs fused epilogues, batches and fp8 row-wise or block-wise scales on the cpu target (numpy "
+            "arrays); on a GPU (the gfx942 fusion: generic kernels) they run through Dispatcher.run(..., "
+            "epilogue=...) on device addresses")
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim not in (2, 3) or b.ndim not in (2, 3):
         raise InvalidArgumentError(f"gemm takes 2-D or 3-D (batched) operands, got shapes {a.shape} and {b.shape}")

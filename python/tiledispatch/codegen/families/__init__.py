@@ -13,6 +13,7 @@ from .blocked import Blocked
 from .cublaslt import CublasLt
 from .cudnn import Cudnn
 from .cutlass import Cutlass
+from .cutlass_blockwise import CutlassBlockwise
 from .cutlass_grouped import CutlassGrouped
 from .depthwise import Depthwise
 from .depthwise_mma import DepthwiseMma
@@ -32,6 +33,7 @@ FAMILIES = [
     Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit, GroupedMma,  # cuda
     CutlassGrouped,  # cuda, grouped GEMM (the variant `grouped`)
     Cudnn, CublasLt,  # cuda, vendor libraries
+    CutlassBlockwise,  # cuda, fp8 with block-wise scales
 ]
 
 OP_WORDS = {"gemm": "GEMM", "conv": "convolution"}

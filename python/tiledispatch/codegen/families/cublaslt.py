@@ -2,13 +2,30 @@
 (bindings/cuda/gemm_cublaslt.cuh): fp16 and bf16 in every layout, fp8 e4m3 in rcr (cuBLASLt's
 fp8 needs that layout; it has no e5m2 x e5m2 kernel). Selection weighs it against our GEMMs.
 Built where cuBLASLt's headers are found (the CUDA toolkit, the nvidia-cublas wheel,
-CUBLAS_ROOT); the library is opened at run time."""
+CUBLAS_ROOT); the library is opened at run time.
+
+Features (KernelInfo.features): beta * C, bias along N, relu and tanh-GELU (with the GELU
+input as aux), the output type and strided batches for every variant, through cuBLASLt's
+epilogues and batched layouts; fp8 adds row / column scales (its outer-vector scale mode) and
+block-wise scales (its 128-element and 128x128 block modes). The kernel's supports() refuses
+what cuBLASLt cannot do within a bit (bias along M, erf GELU, SiLU, aux without GELU, ...)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import Backend, DType, GemmVariant, Layout
+from ..model import Backend, DType, Feature, GemmVariant, Layout
 from .vendor import Vendor
+
+# What every cublaslt variant implements, and what fp8 adds (cuBLASLt's scale modes are for
+# narrow-precision inputs only).
+FEATURES = (Feature.BETA, Feature.BIAS_N, Feature.ACTIVATION, Feature.AUX, Feature.OUT_DTYPE, Feature.BATCH)
+FP8_FEATURES = (Feature.ROW_SCALE, Feature.COL_SCALE, Feature.BLOCK_SCALE)
+
+
+def features_of(dtype: DType) -> int:
+    """KernelInfo.features of a cublaslt variant of input type `dtype`."""
+    chosen = FEATURES + (FP8_FEATURES if dtype is DType.FP8_E4M3 else ())
+    return sum(f.code for f in chosen)
 
 
 @dataclass(frozen=True)
@@ -34,4 +51,7 @@ class CublasLt(Vendor):
         return out
 
     def instance(self, config) -> str:
-        return f"cuda::CublasLtGemm<{config.dtype.code}, {config.layout.code}>"
+        return f"cuda::CublasLtGemm<{config.dtype.code}, {config.layout.code}, {features_of(config.dtype)}>"
+
+    def info(self, config) -> dict:
+        return {**super().info(config), "features": features_of(config.dtype)}

@@ -2,14 +2,17 @@
 with CK Tile's knobs: wave shape (waves per block along M, N, K), warp tile (the MFMA
 instruction shape), pipeline (mem: one LDS buffer; compv3: two, the next K tile loaded while
 this one computes), scheduler (intrawave; interwave: raised wave priority around the MFMA
-block) and padding (pad: any size, bounds-checked; nopad: sizes multiples of the tile)."""
+block) and padding (pad: any size, bounds-checked; nopad: sizes multiples of the tile). GEMM
+also takes `fusion`, as the cpu family: none (D = alpha * A * B) or generic (beta * C, bias,
+activation, aux, row and column scales, the output type and the batch at run time, in the
+store stage; name token `generic`; no block-wise scales)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
 from ..frame import cpp_bool
-from ..model import Backend, DType, GemmVariant
+from ..model import Backend, DType, Feature, GemmVariant
 from .base import Family
 
 # MFMA shapes (M, N, K per instruction, one 64-lane wave) by input type and architecture.
@@ -24,6 +27,9 @@ HIP_MFMA = {
 }
 HIP_WAVE_SHAPES = ((1, 4, 1), (2, 2, 1), (4, 1, 1))
 HIP_LDS_BYTES = 64 * 1024
+FUSIONS = ("none", "generic")
+# KernelInfo.features of a generic variant: every bit but block-wise scales
+GENERIC_FEATURES = sum(f.code for f in Feature if f is not Feature.BLOCK_SCALE)
 
 
 @dataclass(frozen=True)
@@ -37,12 +43,13 @@ class Mfma(Family):
     pipeline: str = "compv3"
     scheduler: str = "intrawave"
     pad: bool = True
+    fusion: str = "none"
 
     FAMILY = "mfma"
     CODE = 1
     BACKEND = Backend.HIP
     OPS = ("gemm", "conv")
-    YAML_KEYS = ("wave_shape", "warp_tile", "pipeline", "scheduler", "padding")
+    YAML_KEYS = ("wave_shape", "warp_tile", "pipeline", "scheduler", "padding", "fusion")
     KEY_SHAPES = {"wave_shape": "triple", "warp_tile": "triple"}
     HEADER = "hip/kernels_hip.hpp"
     COST = {"gemm": "mfma_gemm_cost", "conv": "mfma_conv_cost"}
@@ -55,6 +62,8 @@ class Mfma(Family):
             raise ValueError(f"unknown pipeline '{self.pipeline}' (expected mem or compv3)")
         if self.scheduler not in self.SCHEDULERS:
             raise ValueError(f"unknown scheduler '{self.scheduler}' (expected intrawave or interwave)")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion {self.fusion!r} (expected none or generic)")
 
     @classmethod
     def from_yaml(cls, values: dict) -> "Mfma":
@@ -65,7 +74,7 @@ class Mfma(Family):
         if padding not in ("pad", "nopad"):
             raise ValueError(f"unknown padding '{padding}' (expected pad or nopad)")
         return cls(*waves, *warp, values.get("pipeline", "compv3"), values.get("scheduler", "intrawave"),
-                   padding == "pad")
+                   padding == "pad", values.get("fusion", "none"))
 
     @property
     def waves(self):
@@ -78,16 +87,18 @@ class Mfma(Family):
     @property
     def token(self) -> str:
         return (f"w{self.wave_m}x{self.wave_n}x{self.wave_k}_m{self.warp_m}x{self.warp_n}x{self.warp_k}_"
-                f"{self.pipeline}_{self.scheduler}_{'pad' if self.pad else 'nopad'}")
+                f"{self.pipeline}_{self.scheduler}_{'pad' if self.pad else 'nopad'}"
+                + ("_generic" if self.fusion == "generic" else ""))
 
     @classmethod
     def from_token(cls, token: str):
-        match = re.fullmatch(r"w(\d+)x(\d+)x(\d+)_m(\d+)x(\d+)x(\d+)_(mem|compv3)_(intrawave|interwave)_(pad|nopad)",
-                             token)
+        match = re.fullmatch(r"w(\d+)x(\d+)x(\d+)_m(\d+)x(\d+)x(\d+)_(mem|compv3)_(intrawave|interwave)_(pad|nopad)"
+                             r"(_generic)?", token)
         if not match:
             return None
         nums = [int(v) for v in match.groups()[:6]]
-        return cls(*nums, match.group(7), match.group(8), match.group(9) == "pad")
+        return cls(*nums, match.group(7), match.group(8), match.group(9) == "pad",
+                   "generic" if match.group(10) else "none")
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         """Per-architecture rules: MFMA shapes per dtype, wave shapes, LDS capacity."""
@@ -119,6 +130,8 @@ class Mfma(Family):
         per_lane = (tm // max(1, self.wave_m)) * (tn // max(1, self.wave_n)) // 64
         if per_lane > 128:
             out.append(f"{per_lane} accumulators per lane (more than 128)")
+        if op == "conv" and self.fusion != "none":
+            out.append("fusion applies to gemm only")
         if op == "conv" and variant is not None and tk < 8:
             out.append("conv tiles need K >= 8")
         return out
@@ -131,14 +144,25 @@ class Mfma(Family):
         if config.op == "gemm":
             streamk = config.variant is GemmVariant.STREAM_K
             reduction = config.reduction.code if streamk else -1
-            return f"hip::HipGemm<{config.dtype.code}, {config.layout.code}, {cpp_bool(streamk)}, {reduction}, {knobs}"
+            head = f"{config.dtype.code}, {config.layout.code}, {cpp_bool(streamk)}, {reduction}"
+            if self.fusion == "generic":
+                return f"hip::HipGemmGeneric<{head}, {knobs[:-1]}, {self.features}>"
+            return f"hip::HipGemm<{head}, {knobs}"
         return f"hip::HipConv<{config.dtype.code}, {config.ndim}, {config.direction.code}, {knobs}"
 
+    @property
+    def features(self) -> int:
+        """KernelInfo.features: the bits a generic variant implements, else none."""
+        return GENERIC_FEATURES if self.fusion == "generic" else 0
+
     def info(self, config) -> dict:
-        return {"wave_m": self.wave_m, "wave_n": self.wave_n, "wave_k": self.wave_k, "warp_m": self.warp_m,
-                "warp_n": self.warp_n, "warp_k": self.warp_k, "double_buffer": int(self.pipeline == "compv3"),
-                "interwave": int(self.scheduler == "interwave"), "pad": int(self.pad)}
+        values = {"wave_m": self.wave_m, "wave_n": self.wave_n, "wave_k": self.wave_k, "warp_m": self.warp_m,
+                  "warp_n": self.warp_n, "warp_k": self.warp_k, "double_buffer": int(self.pipeline == "compv3"),
+                  "interwave": int(self.scheduler == "interwave"), "pad": int(self.pad)}
+        if config.op == "gemm":
+            values["features"] = self.features
+        return values
 
     def to_dict(self) -> dict:
         return {"wave_shape": list(self.waves), "warp_tile": list(self.warp), "pipeline": self.pipeline,
-                "scheduler": self.scheduler, "padding": "pad" if self.pad else "nopad"}
+                "scheduler": self.scheduler, "padding": "pad" if self.pad else "nopad", "fusion": self.fusion}
