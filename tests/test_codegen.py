@@ -101,7 +101,19 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     vendor = {c.name for c in every if c.op == "gemm" and c.family == "cublaslt"}
     assert vendor == {f"gemm_{d}_{lay}_standard_1x1x1_cublaslt_sm90a" for d in ("bf16", "fp16")
                       for lay in ("rcr", "rrr", "crr", "ccr")} | {"gemm_fp8e4m3_rcr_standard_1x1x1_cublaslt_sm90a"}
-    configs = [c for c in every if c.op == "gemm" and c.family != "cublaslt"]
+    gemms = [c for c in every if c.op == "gemm" and c.family != "cublaslt"]
+    fused = {c.name for c in gemms if c.family == "cutlass" and c.knobs.fusion != "none"}
+    # the fused epilogue variants: 5 epilogues x 3 tiles x (bf16, fp16), bf16 gelu + aux,
+    # bf16 with fp32 D, fp8 with its default (bf16) and fp16 D
+    acts = ("epi", "relu", "gelu", "gelu_tanh", "silu")
+    tiles = ("128x128x64_c1x1_coop", "64x128x64_c1x1_pp", "128x256x64_c2x1_coop")
+    assert fused == {f"gemm_{d}_rcr_standard_{t}_f{a}_sm90a" for d in ("bf16", "fp16") for t in tiles
+                     for a in acts} | {
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_aux_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_ofp32_sm90a",
+        "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_sm90a",
+        "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp16_sm90a"}
+    configs = [c for c in gemms if c.name not in fused]
     assert len(configs) == 63  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others
     fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
     assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
@@ -475,7 +487,8 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1]
-    assert len(fp8) == 15 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)  # 12 CUTLASS (5 in N slices), 2 skinny, cuBLASLt
+    # 12 CUTLASS (5 in N slices), 2 fused (row-wise scales), 2 skinny, cuBLASLt
+    assert len(fp8) == 17 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name
