@@ -623,3 +623,44 @@ def test_cutlass_is_found_in_the_venv_an_isolated_build_hides(tmp_path, monkeypa
     assert hidden.returncode == 0 and hidden.stdout.strip() == ""  # what the build environment sees
     found = toolchain._package_outside_the_build_environment("yaml")
     assert found and (Path(found) / "__init__.py").is_file()
+
+
+def test_sm90_fusion_knobs_names_rules_and_source():
+    """cutlass `fusion` (epilogue | relu | gelu | gelu_tanh | silu), `aux: store` and `out`:
+    name tokens _f<act>, _aux, _o<type> (none keeps the plain names), the rules with the
+    manifest's file and line, and the Sm90Gemm instance with the activation, aux and out code."""
+    text = FP8_GROUP.replace("fp8_e4m3", "bf16").replace("128, 128, 128", "128, 128, 64")
+    knobs = "    cuda: {cluster: [1, 1], fusion: [epilogue, gelu_tanh], aux: [none, store], out: [default, fp32]}\n"
+    configs = expand(parse(text + knobs), ["sm_90a"]).configs
+    assert [c.name for c in configs] == [
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_aux_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_aux_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_aux_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_aux_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_sm90a"]
+    for c in configs:
+        assert config_from_name(c.name) == c
+    plain = expand(parse(text + "    cuda: {cluster: [1, 1], fusion: none}\n"), ["sm_90a"]).configs
+    assert [c.name for c in plain] == ["gemm_bf16_rcr_standard_128x128x64_c1x1_coop_sm90a"]
+    source = emit_source(configs[4])
+    assert ("cuda::Sm90Gemm<2, 0, false, -1, 128, 128, 64,\n                   1, 1, false, false, false, 1, "
+            "false, 3, true, 1>") in source
+    assert "cuda::Sm90Gemm<2, 0, false, -1, 128, 128, 64,\n                   1, 1, false, false, false, 1>" \
+        in emit_source(plain[0])  # the plain instance is unchanged
+    for bad, why in (
+            (text + "    variant: split_k\n    cuda: {fusion: gelu}\n", "a fused epilogue does not run with split_k"),
+            (text + "    variant: stream_k\n    reduction: atomic\n    cuda: {fusion: gelu}\n",
+             "a fused epilogue is built data-parallel only"),
+            (text + "    cuda: {fusion: gelu, misaligned: pad}\n", "a fused epilogue reads C, aux and its vectors in place"),
+            (text + "    cuda: {fusion: gelu, epilogue: nosmem}\n", "a fused epilogue needs the tma epilogue"),
+            (text + "    cuda: {fusion: gelu, out: bf16}\n", "out bf16 is bf16's default output: leave out unset"),
+            (text + "    cuda: {fusion: tanh}\n", "unknown fusion 'tanh'"),
+            (text + "    cuda: {aux: store}\n", "aux and out come with a fused epilogue"),
+            (text + "    cuda: {fusion: gelu, aux: keep}\n", "unknown aux 'keep' (expected none or store)"),
+            (text + "    cuda: {fusion: gelu, out: fp64}\n", "unknown out 'fp64'")):
+        with pytest.raises(ManifestError) as info:
+            expand(parse(bad), ["sm_90a"])
+        assert str(info.value).startswith("kernels.yaml:") and why in str(info.value), str(info.value)
