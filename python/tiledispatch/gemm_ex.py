@@ -473,12 +473,10 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
     d = _dispatcher(target)
     if d.on_host:
         raise InvalidArgumentError(f"the arrays are CUDA arrays but target {d.target} runs on the host")
-    if kernel is None and not d.is_supported(problem):
-        detail = selection.unsupported_detail("gemm", d.target, problem)
-        raise UnsupportedProblemError(
-            f"no {dtype.key} {lay.key} gemm kernel for target {d.target} implements this problem "
-            f"({'batch ' + str(batch) + ' of ' if batched else ''}{M}x{N}x{K} with its epilogue or scales)"
-            + (f": {detail}" if detail else ""))
+    detail = selection.unsupported_detail("gemm", d.target, problem)
+    if detail:
+        raise UnsupportedProblemError(detail)
+    # no kernel taking the problem: the library's error names each kernel's reason
     epilogue = {"c": None if dc is None else dc.ptr, "bias": None if bias_vec is None else bias_vec.ptr,
                 "aux": None if daux is None else daux.ptr, "row_scale": None if rows is None else rows.ptr,
                 "col_scale": None if cols is None else cols.ptr}
