@@ -99,12 +99,15 @@ template <> struct ActivationOf<TD_ACT_GELU_TANH> {
 };
 template <> struct ActivationOf<TD_ACT_SILU> { template <class T> using fn = cutlass::epilogue::thread::SiLu<T>; };
 
-// The epilogue visitor tree of a fused variant, in fp32:
-//   pre = beta * C + ((alpha * acc * row_scale[i] * col_scale[j] + bias_n[j]) + bias_m[i])
+// The epilogue visitor tree of a fused variant, in fp32 and in the ABI's order (docs/abi.md):
+//   x = ((alpha * acc) * row_scale[i]) * col_scale[j]
+//   x = beta * C + x
+//   pre = (x + bias_n[j]) + bias_m[i]
 //   D = act(pre), aux = pre (Aux)
 // The scale and bias vectors are broadcast nodes with a null default (1 for the scales, 0 for
-// the bias); beta * C + ... is CUTLASS's multiply-add-with-source node, which skips C's load
-// when beta is 0. The vectors are shared by every matrix of a batch (batch stride 0).
+// the bias: adding the absent one changes nothing); beta * C + x is CUTLASS's
+// multiply-add-with-source node, which skips C's load when beta is 0. The vectors are shared
+// by every matrix of a batch (batch stride 0).
 template <class Out, int Act, bool Aux, class TileShape, class EpilogueSchedule>
 struct Sm90Evt {
     static constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;
@@ -123,11 +126,11 @@ struct Sm90Evt {
     using Scaled0 = Node<cutlass::multiplies, Scalar, Acc>;
     using Scaled1 = Node<cutlass::multiplies, RowScale, Scaled0>;
     using Scaled2 = Node<cutlass::multiplies, ColScale, Scaled1>;
-    using Biased1 = Node<cutlass::plus, BiasN, Scaled2>;
-    using Biased2 = Node<cutlass::plus, BiasM, Biased1>;
-    using Pre = cutlass::epilogue::fusion::Sm90EVT<
+    using Summed = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, float, float, RN>, Scalar,
-        cutlass::epilogue::fusion::Sm90SrcFetch<Out>, Biased2>;
+        cutlass::epilogue::fusion::Sm90SrcFetch<Out>, Scaled2>;
+    using Biased1 = Node<cutlass::plus, Summed, BiasN>;
+    using Pre = Node<cutlass::plus, Biased1, BiasM>;
     using Descriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
         TileShape, cutlass::epilogue::collective::EpilogueTileAuto, Out, Out, EpilogueSchedule>;
     using AuxDescriptor = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, StrideD, Out>;
@@ -145,10 +148,10 @@ struct Sm90Evt {
         const typename Scaled0::Arguments s0{alpha, {}, {}};
         const typename Scaled1::Arguments s1{{p.row_scale ? ep.row_scale : nullptr, 1.0f, {}}, s0, {}};
         const typename Scaled2::Arguments s2{{p.col_scale ? ep.col_scale : nullptr, 1.0f, {}}, s1, {}};
+        const typename Summed::Arguments summed{beta, {}, s2, {}};
         const Out* bias = static_cast<const Out*>(ep.bias);
-        const typename Biased1::Arguments b1{{p.bias == TD_BIAS_N ? bias : nullptr, Out(0), {}}, s2, {}};
-        const typename Biased2::Arguments b2{{p.bias == TD_BIAS_M ? bias : nullptr, Out(0), {}}, b1, {}};
-        const typename Pre::Arguments pre{beta, {}, b2, {}};
+        const typename Biased1::Arguments b1{summed, {p.bias == TD_BIAS_N ? bias : nullptr, Out(0), {}}, {}};
+        const typename Pre::Arguments pre{b1, {p.bias == TD_BIAS_M ? bias : nullptr, Out(0), {}}, {}};
         if constexpr (Aux) {
             StrideD d_aux{ldc, cute::_1{}, stride_c};
             const typename Stored::Arguments stored{pre, {static_cast<Out*>(ep.aux), d_aux}};
