@@ -192,8 +192,10 @@ def test_batch_with_a_shared_b_folds_into_one_gemm(gen):
 def test_batch_with_a_shared_a_is_refused_with_the_reason(gen):
     a = rand((17, 40), "bf16", gen)
     b = rand((4, 24, 40), "bf16", gen).transpose(-1, -2)
-    with pytest.raises(td.UnsupportedProblemError, match="broadcast over the batch"):
+    with pytest.raises(td.UnsupportedProblemError):
         td.gemm(a, b)
+    with pytest.raises(td.KernelRejectedError, match="A or B broadcast over the batch"):
+        td.gemm(a, b, kernel="gemm_bf16_rcr_standard_128x128x64_c1x1_coop_sm90a")
 
 
 def test_plain_batch(gen):
