@@ -258,6 +258,8 @@ def main() -> int:
             for k in d.kernels:
                 if k.dtype is not dtype or k.layout.key != "rcr" or not d.is_supported(problem, k.name):
                     continue
+                if getattr(k.knobs, "fusion", "none") != "none":
+                    continue  # the fused-epilogue variants: bench/gemm_epilogue.py
                 fns[k.name] = lambda k=k: d.run(problem, a.data_ptr(), b.data_ptr(), c.data_ptr(),
                                                 kernel=k.name, stream=stream, timed=False)
             for name in [n for n in fns if not n.startswith("vendor")]:  # a kernel that fails is named, not hidden

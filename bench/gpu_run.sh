@@ -3,6 +3,7 @@
 # cpu + sm_90a libraries, run the GPU tests, memcheck a sample of kernels, benchmark
 # against cuBLAS. Logs go to $OUT; a short table is printed last.
 #   bash bench/gpu_run.sh [all|build|test|sanitize|bench|conv|profile]...   (several: build conv)
+#   epilogue: bench/gemm_epilogue.py (fused bias + gelu and batched GEMM against torch; opt-in)
 #   sanitize: compute-sanitizer memcheck and racecheck over one kernel of every family
 #   KERNEL_FILTER='conv_*,*_cpu' bash bench/gpu_run.sh build conv   builds only those variants
 #   KERNELS=/tmp/merged.yaml bash bench/gpu_run.sh build conv        another manifest (absolute path)
@@ -56,10 +57,17 @@ if want test; then
   step "GPU grouped GEMM tests (cutlass_grouped: one launch for every group)"
   python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_grouped_gemm.py" 2>&1 \
     | tee "$OUT/test_gpu_grouped_gemm.log" | tail -15
+  step "GPU tests: fused epilogues, batches and output types on CUDA tensors"
+  python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/tests/test_gpu_gemm_features.py" 2>&1 \
+    | tee "$OUT/test_gpu_gemm_features.log" | tail -15
 fi
 if [[ "$what" == *" grouped "* ]]; then  # opt-in: grouped GEMM (MoE) against torch._grouped_mm
   step "grouped GEMM benchmark against torch._grouped_mm (bench/grouped_gemm.py)"
   python3 "$OLDPWD/bench/grouped_gemm.py" --json "$OUT/grouped_gemm.json" 2>&1 | tee "$OUT/grouped_gemm.log" | tail -40
+fi
+if [[ "$what" == *" epilogue "* ]]; then  # opt-in: bench/gemm_epilogue.py (fused bias + gelu, batched)
+  step "fused bias + gelu against torch and cuBLASLt's epilogue; batched against torch.bmm"
+  python3 "$OLDPWD/bench/gemm_epilogue.py" --json "$OUT/gemm_epilogue.json" 2>&1 | tee "$OUT/gemm_epilogue.log" | tail -12
 fi
 if want sanitize; then
   for tool in memcheck racecheck; do

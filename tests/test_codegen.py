@@ -106,7 +106,19 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
                        for t, s in (("128x128x64", "coop"), ("128x256x64", "coop"), ("64x128x64", "pp"))} | {
         "gemm_fp8e4m3_rcr_grouped_128x128x128_ptrarray_c1x1_coop_sm90a"}
     assert all(c.variant is GemmVariant.GROUPED for c in every if c.name in grouped)
-    configs = [c for c in every if c.op == "gemm" and c.family not in ("cublaslt", "cutlass_grouped")]
+    gemms = [c for c in every if c.op == "gemm" and c.family not in ("cublaslt", "cutlass_grouped")]
+    fused = {c.name for c in gemms if c.family == "cutlass" and c.knobs.fusion != "none"}
+    # the fused epilogue variants: 5 epilogues x 3 tiles x (bf16, fp16), bf16 gelu + aux,
+    # bf16 with fp32 D, fp8 with its default (bf16) and fp16 D
+    acts = ("epi", "relu", "gelu", "gelu_tanh", "silu")
+    tiles = ("128x128x64_c1x1_coop", "64x128x64_c1x1_pp", "128x256x64_c2x1_coop")
+    assert fused == {f"gemm_{d}_rcr_standard_{t}_f{a}_sm90a" for d in ("bf16", "fp16") for t in tiles
+                     for a in acts} | {
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_aux_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_ofp32_sm90a",
+        "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_sm90a",
+        "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp16_sm90a"}
+    configs = [c for c in gemms if c.name not in fused]
     assert len(configs) == 67  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others, 4 block-wise fp8
     fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
     assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
@@ -480,8 +492,9 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1 and c.family != "cutlass_grouped"]
-    # 12 CUTLASS (5 in N slices), 2 skinny, cuBLASLt, 4 block-wise (CUTLASS's blockwise mainloop: no promote knob)
-    assert len(fp8) == 19 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
+    # 12 CUTLASS (5 in N slices), 2 fused (row-wise scales), 2 skinny, cuBLASLt, 4 block-wise
+    # (CUTLASS's blockwise mainloop: no promote knob)
+    assert len(fp8) == 21 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name
@@ -616,3 +629,44 @@ def test_cutlass_is_found_in_the_venv_an_isolated_build_hides(tmp_path, monkeypa
     assert hidden.returncode == 0 and hidden.stdout.strip() == ""  # what the build environment sees
     found = toolchain._package_outside_the_build_environment("yaml")
     assert found and (Path(found) / "__init__.py").is_file()
+
+
+def test_sm90_fusion_knobs_names_rules_and_source():
+    """cutlass `fusion` (epilogue | relu | gelu | gelu_tanh | silu), `aux: store` and `out`:
+    name tokens _f<act>, _aux, _o<type> (none keeps the plain names), the rules with the
+    manifest's file and line, and the Sm90Gemm instance with the activation, aux and out code."""
+    text = FP8_GROUP.replace("fp8_e4m3", "bf16").replace("128, 128, 128", "128, 128, 64")
+    knobs = "    cuda: {cluster: [1, 1], fusion: [epilogue, gelu_tanh], aux: [none, store], out: [default, fp32]}\n"
+    configs = expand(parse(text + knobs), ["sm_90a"]).configs
+    assert [c.name for c in configs] == [
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_aux_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_aux_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_aux_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_aux_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_ofp32_sm90a",
+        "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_sm90a"]
+    for c in configs:
+        assert config_from_name(c.name) == c
+    plain = expand(parse(text + "    cuda: {cluster: [1, 1], fusion: none}\n"), ["sm_90a"]).configs
+    assert [c.name for c in plain] == ["gemm_bf16_rcr_standard_128x128x64_c1x1_coop_sm90a"]
+    source = emit_source(configs[4])
+    assert ("cuda::Sm90Gemm<2, 0, false, -1, 128, 128, 64,\n                   1, 1, false, false, false, 1, "
+            "false, 3, true, 1>") in source
+    assert "cuda::Sm90Gemm<2, 0, false, -1, 128, 128, 64,\n                   1, 1, false, false, false, 1>" \
+        in emit_source(plain[0])  # the plain instance is unchanged
+    for bad, why in (
+            (text + "    variant: split_k\n    cuda: {fusion: gelu}\n", "a fused epilogue does not run with split_k"),
+            (text + "    variant: stream_k\n    reduction: atomic\n    cuda: {fusion: gelu}\n",
+             "a fused epilogue is built data-parallel only"),
+            (text + "    cuda: {fusion: gelu, misaligned: pad}\n", "a fused epilogue reads C, aux and its vectors in place"),
+            (text + "    cuda: {fusion: gelu, epilogue: nosmem}\n", "a fused epilogue needs the tma epilogue"),
+            (text + "    cuda: {fusion: gelu, out: bf16}\n", "out bf16 is bf16's default output: leave out unset"),
+            (text + "    cuda: {fusion: tanh}\n", "unknown fusion 'tanh'"),
+            (text + "    cuda: {aux: store}\n", "aux and out come with a fused epilogue"),
+            (text + "    cuda: {fusion: gelu, aux: keep}\n", "unknown aux 'keep' (expected none or store)"),
+            (text + "    cuda: {fusion: gelu, out: fp64}\n", "unknown out 'fp64'")):
+        with pytest.raises(ManifestError) as info:
+            expand(parse(bad), ["sm_90a"])
+        assert str(info.value).startswith("kernels.yaml:") and why in str(info.value), str(info.value)

@@ -142,34 +142,45 @@ def test_every_kernel_without_the_feature_refuses_it(fields, named):
                 d.run(problem, 0, 0, 0, kernel=k.name)
 
 
-def test_only_generic_variants_declare_features():
-    """Every kernel of the default manifest but the `fusion: generic` ones and the cuBLASLt
-    vendor's registers features 0: the dispatcher core refuses every epilogue, batch and
-    block-scaled problem for them. The generic cpu variants declare every bit; the generic
-    gfx942 (mfma) ones every bit but block-wise scales (the cublaslt family's bits:
-    tests/test_cublaslt_features.py)."""
+def test_only_generic_fused_and_vendor_variants_declare_features():
+    """Of the default manifest's GEMM kernels, the generic cpu variants declare every feature;
+    the generic gfx942 (mfma) ones every one but block-wise scales; the sm_90a CUTLASS fused
+    variants beta, bias, scales and batch (+ activation, aux, out dtype as built); the plain
+    CUTLASS data-parallel and stream-K variants without pad a batch alone; the block-wise fp8
+    kernels block-wise scales alone; the cuBLASLt kernels what cuBLASLt computes
+    (tests/test_cublaslt_features.py); every other kernel features 0: the dispatcher core
+    refuses the rest for them."""
     from conftest import ROOT
-    from tiledispatch.codegen import expand, load_manifest
+    from tiledispatch.codegen import Feature, expand, load_manifest
     from tiledispatch.codegen.frame import kernel_info
     manifest = load_manifest(ROOT / "kernels.yaml")
-    generic = {}
+    every = sum(f.code for f in Feature)
+    run_time = (Feature.BETA.code | Feature.BIAS_N.code | Feature.BIAS_M.code | Feature.ROW_SCALE.code
+                | Feature.COL_SCALE.code | Feature.BATCH.code)
+    generic, fused = {}, 0
     for target in ("cpu", "sm_90a", "gfx942", "gfx90a", "gfx950"):
         for config in expand(manifest, [target]).configs:
             if config.op != "gemm":
                 continue
             features = kernel_info(config).get("features", 0)
+            knobs = config.knobs
             if config.family == "cublaslt":
                 continue
             if config.family == "cutlass_blockwise":  # block-wise scaled problems only
-                assert features == 512, config.name
-                continue
-            is_generic = getattr(config.knobs, "fusion", "none") == "generic"
-            if is_generic:
+                assert features == Feature.BLOCK_SCALE.code, config.name
+            elif getattr(knobs, "fusion", "none") == "generic":
                 generic[target] = generic.get(target, 0) + 1
-                assert features == (1023 if target == "cpu" else 1023 - 512), config.name
+                assert features == (every if target == "cpu" else every - Feature.BLOCK_SCALE.code), config.name
+            elif config.family == "cutlass" and knobs.fusion != "none":
+                fused += 1
+                want = run_time | (Feature.ACTIVATION.code if knobs.fusion != "epilogue" else 0) \
+                    | (Feature.AUX.code if knobs.aux else 0) | (Feature.OUT_DTYPE.code if knobs.out else 0)
+                assert features == want, config.name
+            elif config.family == "cutlass" and not knobs.pad and config.variant.key != "split_k":
+                assert features == Feature.BATCH.code, config.name
             else:
                 assert features == 0, config.name
-    assert generic == {"cpu": 20, "gfx942": 2}
+    assert generic == {"cpu": 20, "gfx942": 2} and fused == 34
 
 
 def test_cli_epilogue_validates():
@@ -267,3 +278,83 @@ def test_c_abi_checks_the_new_fields(field, value, message):
     assert lib.td_gemm_is_supported(ctypes.byref(raw), None) == -1
     assert message in lib.last_error()
     assert isinstance(raw, _ffi.TdGemmProblem)
+
+
+# ---- CUDA arrays: the argument checks come before any launch (no GPU needed) --------------------
+
+class FakeCudaArray:
+    """Only __cuda_array_interface__ (fp32 or fp16, C-contiguous unless strides are given)."""
+
+    def __init__(self, ptr, shape, typestr="<f2", strides=None):
+        item = 4 if typestr == "<f4" else 2
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": tuple(shape), "typestr": typestr,
+                                         "strides": None if strides is None else tuple(s * item for s in strides),
+                                         "version": 3}
+
+
+BASE = 1 << 40
+MB = 1 << 20
+
+
+def fake(i, shape, typestr="<f2", strides=None):
+    """Array i of a call: 1 MiB apart, so no two overlap unless asked."""
+    return FakeCudaArray(BASE + i * MB, shape, typestr, strides)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(bias=fake(3, (23,))), td.InvalidArgumentError, r"bias has shape \(23,\); it needs 24 values"),
+    (dict(bias=fake(3, (17,)), bias_along="m"), None, None),
+    (dict(bias=fake(3, (24,), "<f4")), TypeError, "bias holds fp32; it must be fp16"),
+    (dict(bias=np.zeros(24, np.float16)), td.InvalidArgumentError, "host and device arrays do not mix"),
+    (dict(row_scale=fake(3, (17,), "<f2")), TypeError, "row_scale holds fp16; it must be fp32"),
+    (dict(row_scale=fake(3, (17,), "<f4"), col_scale=fake(4, (24,), "<f4")), None, None),
+    (dict(col_scale=fake(4, (2, 24), "<f4")), td.InvalidArgumentError, r"col_scale has shape \(2, 24\)"),
+    (dict(c=fake(3, (17, 24))), None, None),
+    (dict(c=fake(3, (24, 17), strides=(1, 24))), td.InvalidArgumentError, "c must be laid out as out"),
+    (dict(c=fake(3, (17, 24), "<f4")), TypeError, "c holds fp32; it must be fp16"),
+    (dict(beta=0.5), td.InvalidArgumentError, "beta needs c"),
+    (dict(activation="tanh"), td.InvalidArgumentError, "activation"),
+    (dict(out=fake(0, (17, 24)), activation="relu"), td.InvalidArgumentError, "out overlaps a"),
+    (dict(out=fake(2, (17, 24), "<f4"), activation="relu"), td.InvalidArgumentError,
+     r"out must be a \(17, 24\) fp16 array"),
+    (dict(bias=fake(2, (24,), "<f2"), out=fake(2, (17, 24), "<f2")), td.InvalidArgumentError, "out overlaps bias"),
+    (dict(out=fake(2, (17, 24), "<f4"), out_dtype="fp32"), None, None),
+    (dict(aux=fake(3, (17, 24))), None, None),
+    (dict(aux=fake(2, (17, 24))), td.InvalidArgumentError, "aux overlaps out"),
+    (dict(scale_a=fake(3, (17, 1), "<f4"), scale_b=fake(4, (1, 24), "<f4")), None, None),
+    (dict(scale_a=fake(3, (17, 1), "<f4"), row_scale=fake(4, (17,), "<f4")), td.InvalidArgumentError,
+     "give row-wise scales once"),
+    (dict(scale_a=fake(3, (17, 1), "<f4"), scale_b=fake(4, (1, 23), "<f4")), td.InvalidArgumentError,
+     r"scale_b has shape \(1, 23\)"),
+])
+def test_device_arguments_are_checked_before_the_launch(kwargs, error, message):
+    """td.gemm's extra arguments on CUDA arrays: the same shape, type and overlap checks as on
+    numpy arrays, before any library call; arguments that pass reach the GPU library lookup
+    (a cpu-only installation has none: UnsupportedProblemError) or its kernel selection."""
+    a, b = fake(0, (17, 40)), fake(1, (40, 24), strides=(1, 40))  # rcr
+    kwargs.setdefault("out", fake(2, (17, 24)))
+    if error is None:
+        try:
+            td.gemm(a, b, **kwargs)
+        except td.UnsupportedProblemError as err:  # no sm_90a library here, or no kernel implements it
+            assert "library" in str(err) or "implements" in str(err)
+        return
+    with pytest.raises(error, match=message):
+        td.gemm(a, b, **kwargs)
+
+
+def test_device_batch_arguments_are_checked():
+    a, b = fake(0, (4, 17, 40)), fake(1, (3, 40, 24))
+    with pytest.raises(td.InvalidArgumentError, match="batch sizes differ"):
+        td.gemm(a, b, out=fake(2, (4, 17, 24)))
+    with pytest.raises(td.InvalidArgumentError, match="matrices overlap or run backwards"):
+        td.gemm(fake(0, (4, 17, 40), strides=(40, 40, 1)), fake(1, (40, 24)), out=fake(2, (4, 17, 24)))
+    with pytest.raises(td.InvalidArgumentError, match=r"out must be a \(4, 17, 24\) fp16 array"):
+        td.gemm(a, fake(1, (40, 24)), out=fake(2, (17, 24)))
+    with pytest.raises(td.InvalidArgumentError, match="out's matrices must not overlap"):
+        td.gemm(a, fake(1, (40, 24)), out=fake(2, (4, 17, 24), strides=(24, 24, 1)))
+    with pytest.raises(td.InvalidArgumentError, match="laid out as rrr, not rcr"):
+        td.gemm(a, fake(1, (40, 24)), out=fake(2, (4, 17, 24)), layout="rcr")
+    with pytest.raises(td.UnsupportedProblemError, match="block-wise fp8 scales run on the cpu target"):
+        td.gemm(fake(0, (17, 256)), fake(1, (256, 24)), out=fake(2, (17, 24)), scale_a=fake(3, (17, 2), "<f4"),
+                scale_b=fake(4, (2, 1), "<f4"))

@@ -46,6 +46,8 @@ double gpu_dram_floor(const GemmShape& s, int dtype) {
     return bytes / 3.3e12 * kGpuUnitsPerSecond;
 }
 
+double gpu_dram_time(double bytes) { return bytes / 3.3e12 * kGpuUnitsPerSecond; }
+
 // B's bytes once per block row of A at 3.8 TB/s plus 3 us of start and tail, or mma.sync at
 // half the wgmma rate where that is longer. Measured on the H200 (bench/gemm.py, L2 flushed
 // by a write): 16 x 6144 x 4096 bf16 20.9 us (CUTLASS's best 25, cuBLAS 22.7), fp8 14.9;

@@ -60,6 +60,10 @@ double sm90_gemm_model(const Sm90Tile& t, const GemmShape& s, bool streamk, int6
 // the H200 with L2 flushed, in the GPU model's units: a lower bound for a kernel's time.
 double gpu_dram_floor(const GemmShape& shape, int dtype);
 
+// `bytes` moved at the same 3.3 TB/s, in the GPU model's units (a fused epilogue's extra
+// traffic: C, aux, its vectors).
+double gpu_dram_time(double bytes);
+
 // A CUTLASS kernel's start and tail (3 us, as the skinny kernel's) in the same units.
 double gpu_kernel_start();
 

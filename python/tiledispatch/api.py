@@ -205,6 +205,14 @@ def _fast_entry(a, b, out, alpha):
             d.lib.td_gemm_launch, _TORCH_FAST["raw_stream"], d.lib.check, dev, d.lib, pick)
 
 
+def _ndim(x) -> int:
+    """Dimensions of an array of any kind (a bare __cuda_array_interface__ object has no ndim)."""
+    ndim = getattr(x, "ndim", None)
+    if ndim is None and hasattr(x, "__cuda_array_interface__"):
+        return len(x.__cuda_array_interface__["shape"])
+    return 2 if ndim is None else ndim
+
+
 def _device_target(op: str = "gemm") -> str:
     target = registry().default_target(op)
     if target == "cpu":
@@ -250,8 +258,10 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     positive. Broadcast numpy inputs (a zero stride, np.broadcast_to) are refused rather than
     silently copied: pass np.ascontiguousarray(x) to materialize them.
 
-    Fused epilogue, batches and fp8 scales (numpy arrays on the cpu target; no GPU kernel
-    implements them yet and the GPU targets refuse them): D = act(alpha * (A @ B) * row_scale *
+    Fused epilogue, batches and fp8 scales (numpy arrays: the cpu target's generic kernels; CUDA
+    arrays: the sm_90a CUTLASS fused variants, used in place on the caller's current stream,
+    with C and aux laid out as out, contiguous vectors, fp8 row-wise scales only):
+    D = act(alpha * (A @ B) * row_scale *
     col_scale + beta * C + bias). c (broadcastable to D, D's type; c=out accumulates in place),
     beta (default 1 with c), bias (D's type; bias_along "n": N values, "m": M values),
     activation ("relu", "gelu", "gelu_tanh", "silu"), aux (an array for the pre-activation) or
@@ -263,7 +273,7 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha: float = 1.0, target
     global _TENSOR
     if c is not None or beta is not None or bias is not None or activation is not None or aux is not None \
             or return_aux is not False or row_scale is not None or col_scale is not None or scale_a is not None \
-            or scale_b is not None or out_dtype is not None or getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:
+            or scale_b is not None or out_dtype is not None or _ndim(a) > 2 or _ndim(b) > 2:
         return gemm_ex.gemm(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target, c=c, beta=beta,
                             bias=bias, bias_along=bias_along, activation=activation, aux=aux, return_aux=return_aux,
                             row_scale=row_scale, col_scale=col_scale, scale_a=scale_a, scale_b=scale_b,

@@ -1,7 +1,9 @@
-"""The GEMM features beyond C = alpha * A @ B on numpy arrays: fused epilogues, batches, fp8
-row-wise and block-wise scales (`td.gemm`'s extra arguments) and grouped GEMM
-(`td.grouped_gemm`). Implemented by the cpu kernels built with `fusion: generic`; every other
-kernel refuses these problems (KernelInfo.features), so none is ever silently ignored.
+"""The GEMM features beyond C = alpha * A @ B: fused epilogues, batches, fp8 row-wise and
+block-wise scales (`td.gemm`'s extra arguments) and grouped GEMM (`td.grouped_gemm`). On numpy
+arrays the cpu kernels built with `fusion: generic` implement them; on CUDA arrays (torch,
+cupy, numba) the sm_90a CUTLASS variants built with a fused epilogue (`fusion`: epilogue or an
+activation) and the plain ones for a batch. Every other kernel refuses these problems
+(KernelInfo.features), so none is ever silently ignored.
 
 D = act(alpha * (A @ B) * row_scale[i] * col_scale[j] + beta * C + bias), in that order, in
 fp32; the order and the element types are in docs/abi.md.
@@ -13,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import _ffi, selection
-from .arrays import dtype_of, is_device_array, ld_in_order, numpy_dtype, pointer
+from .arrays import DeviceArray, dtype_of, is_device_array, ld_in_order, numpy_dtype, pointer
 from .codegen import Activation, Bias, DType, Layout, OutDType
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
@@ -170,12 +172,12 @@ def _scales(scale_a, scale_b, M: int, N: int, K: int, batched: bool):
 def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=None, beta=None, bias=None,
          bias_along="n", activation=None, aux=None, return_aux=False, row_scale=None, col_scale=None,
          scale_a=None, scale_b=None, out_dtype=None):
-    """td.gemm with its extra arguments (see td.gemm's docstring); numpy arrays."""
+    """td.gemm with its extra arguments (see td.gemm's docstring); numpy or CUDA arrays."""
     if any(is_device_array(x) for x in (a, b, out, c, bias, aux, row_scale, col_scale, scale_a, scale_b)):
-        raise UnsupportedProblemError(
-            "td.gemm runs fused epilogues, batches and fp8 row-wise or block-wise scales on the cpu target (numpy "
-            "arrays); on a GPU (the gfx942 fusion: generic kernels) they run through Dispatcher.run(..., "
-            "epilogue=...) on device addresses")
+        return _gemm_device(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target, c=c, beta=beta,
+                            bias=bias, bias_along=bias_along, activation=activation, aux=aux, return_aux=return_aux,
+                            row_scale=row_scale, col_scale=col_scale, scale_a=scale_a, scale_b=scale_b,
+                            out_dtype=out_dtype)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim not in (2, 3) or b.ndim not in (2, 3):
         raise InvalidArgumentError(f"gemm takes 2-D or 3-D (batched) operands, got shapes {a.shape} and {b.shape}")
@@ -288,6 +290,212 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=
         d.run(problem, a_use, b_use, out, kernel=kernel, epilogue=epilogue)
         return (out, aux_arr) if return_aux else out
     raise last_error
+
+
+# ---- CUDA arrays ----------------------------------------------------------------------------------
+
+
+def _device(name: str, x) -> DeviceArray:
+    if not is_device_array(x):
+        raise InvalidArgumentError(f"{name} must be a CUDA array like the others (torch, cupy, numba), got "
+                                   f"{type(x).__name__}: host and device arrays do not mix in one call")
+    return DeviceArray(x)
+
+
+def _device_matrices(name: str, x: DeviceArray):
+    """(order 'r' or 'c', ld, batch stride) of a 2-D or 3-D CUDA operand used in place (no copy);
+    batch stride 0 where it is 2-D or its batch dimension is 1 (shared by the batch)."""
+    if len(x.shape) not in (2, 3):
+        raise InvalidArgumentError(f"{name} must be 2-D or 3-D (batched), got shape {x.shape}")
+    rows, cols = x.shape[-2:]
+    s0, s1 = x.strides[-2:]
+    if (s1 == 1 or cols == 1) and s0 >= max(cols, 1) and s0 > 0:
+        order, ld = "r", s0
+    elif (s0 == 1 or rows == 1) and s1 >= max(rows, 1) and s1 > 0:
+        order, ld = "c", s1
+    else:
+        raise InvalidArgumentError(f"{name} (shape {x.shape}, strides {x.strides}) needs a unit stride along one "
+                                   "dimension of its matrices (call .contiguous() first)")
+    if len(x.shape) == 2 or x.shape[0] == 1:
+        return order, ld, 0
+    stride = x.strides[0]
+    span = (rows - 1) * ld + cols if order == "r" else (cols - 1) * ld + rows
+    if stride < span:
+        raise InvalidArgumentError(f"{name}'s matrices overlap or run backwards (batch stride {stride}, one matrix "
+                                   f"spans {span} elements): call .contiguous() first")
+    return order, ld, stride
+
+
+def _device_vector(name: str, x, length: int, what: str, dtype: DType) -> DeviceArray:
+    """A CUDA vector of `length` values of `dtype`, unit stride ((n,), (n, 1) or (1, n))."""
+    v = _device(name, x)
+    if v.dtype is not dtype:
+        raise TypeError(f"{name} holds {v.dtype.key}; it must be {dtype.key}")
+    shape = v.shape
+    if len(shape) == 2 and 1 in shape:
+        strides = [st for n, st in zip(shape, v.strides) if n != 1]
+        shape = (shape[0] * shape[1],)
+    else:
+        strides = list(v.strides)
+    if len(shape) != 1 or shape[0] != length:
+        raise InvalidArgumentError(f"{name} has shape {v.shape}; it needs {length} values ({what})")
+    if length > 1 and strides and strides[0] != 1:
+        raise InvalidArgumentError(f"{name} must be contiguous (stride 1), got strides {v.strides}")
+    return v
+
+
+def _device_scales(scale_a, scale_b, M: int, N: int, K: int):
+    """fp8 scales on CUDA arrays: (alpha factor, row scales, column scales). Per tensor: Python
+    numbers; row-wise: CUDA float32 vectors scale_a (M,) and scale_b (N,). Block-wise scales
+    have no GPU kernel."""
+    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
+    if is_device_array(scale_a) and is_device_array(scale_b):
+        sa, sb = DeviceArray(scale_a), DeviceArray(scale_b)
+        if sa.shape == (M, kb) and sb.shape == (kb, nb) and not (sa.shape in ((M,), (M, 1)) and sb.shape in ((N,), (1, N))):
+            raise UnsupportedProblemError("block-wise fp8 scales run on the cpu target only (numpy arrays); on CUDA "
+                                          "arrays pass row-wise (M,) and (N,) scales")
+    factor, rows, cols = 1.0, None, None
+    for name, s, length, what in (("scale_a", scale_a, M, "one per row of A (M)"),
+                                  ("scale_b", scale_b, N, "one per column of B (N)")):
+        if s is None:
+            continue
+        if not is_device_array(s):
+            value = np.asarray(s)
+            if value.size != 1 or value.dtype.kind not in "fiu":
+                raise InvalidArgumentError(f"{name}: with CUDA arrays a per-tensor scale is a number and a row-wise "
+                                           f"one a CUDA float32 vector of {length} values")
+            factor *= _alpha(float(value.reshape(-1)[0]), name)
+            continue
+        vector = _device_vector(name, s, length, what, DType.FP32)
+        if name == "scale_a":
+            rows = vector
+        else:
+            cols = vector
+    return factor, rows, cols
+
+
+def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bias_along, activation, aux,
+                 return_aux, row_scale, col_scale, scale_a, scale_b, out_dtype):
+    """td.gemm's extra arguments on CUDA arrays: no copies (operands are used in place), the
+    caller's current stream, outputs of the caller's kind; the same argument checks as the
+    numpy path, and overlap checks on the arrays' address ranges."""
+    da, db = _device("a", a), _device("b", b)
+    if len(da.shape) not in (2, 3) or len(db.shape) not in (2, 3):
+        raise InvalidArgumentError(f"gemm takes 2-D or 3-D (batched) operands, got shapes {da.shape} and {db.shape}")
+    dtype = da.dtype
+    if db.dtype is not dtype:
+        raise TypeError(f"A and B must share an element type, got {dtype.key} and {db.dtype.key}")
+    batched = len(da.shape) == 3 or len(db.shape) == 3
+    batches = [x.shape[0] for x in (da, db) if len(x.shape) == 3]
+    batch = max(batches) if batches else 1
+    if any(n not in (1, batch) for n in batches):
+        raise InvalidArgumentError(f"batch sizes differ: A is {da.shape}, B is {db.shape} (each must be {batch} or 1)")
+    (M, K), (K2, N) = da.shape[-2:], db.shape[-2:]
+    if K != K2:
+        raise InvalidArgumentError(f"inner dimensions differ: A is {da.shape}, B is {db.shape}")
+    if 0 in da.shape or 0 in db.shape:
+        raise InvalidArgumentError(f"M, N, K and the batch must be positive, got A {da.shape} and B {db.shape}")
+    oa, lda, stride_a = _device_matrices("a", da)
+    ob, ldb, stride_b = _device_matrices("b", db)
+    lay = Layout.parse(oa + ob + "r")
+    if layout is not None:
+        try:
+            want = layout if isinstance(layout, Layout) else Layout.parse(layout)
+        except (ValueError, TypeError):
+            raise InvalidArgumentError(f"layout must be one of rcr, rrr, crr, ccr, got {layout!r}") from None
+        if want is not lay:
+            raise InvalidArgumentError(f"the arrays are laid out as {lay.key}, not {want.key}: transpose or copy them")
+    alpha = _alpha(alpha)
+    if beta is not None and c is None:
+        raise InvalidArgumentError("beta needs c (D = ... + beta * C)")
+    beta = 0.0 if c is None else _alpha(1.0 if beta is None else beta, "beta")
+    if bias_along not in ("n", "m"):
+        raise InvalidArgumentError(f"bias_along must be 'n' (one value per column) or 'm' (per row), got {bias_along!r}")
+    try:
+        act = Activation.parse(activation) if isinstance(activation, str) else (
+            Activation.NONE if activation is None else None)
+    except ValueError as err:
+        raise InvalidArgumentError(str(err)) from None
+    if act is None:
+        raise InvalidArgumentError(f"activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got {activation!r}")
+    if not isinstance(return_aux, (bool, np.bool_)):
+        raise InvalidArgumentError(f"return_aux must be True or False, got {return_aux!r}")
+    out_code, out_type = _out_type(out_dtype, dtype)
+    factor, rows_fp8, cols_fp8 = _device_scales(scale_a, scale_b, M, N, K)
+    if rows_fp8 is not None and row_scale is not None or cols_fp8 is not None and col_scale is not None:
+        raise InvalidArgumentError("give row-wise scales once: scale_a/scale_b or row_scale/col_scale, not both")
+    rows = rows_fp8 if rows_fp8 is not None else (
+        None if row_scale is None else _device_vector("row_scale", row_scale, M, "one per row of D (M)", DType.FP32))
+    cols = cols_fp8 if cols_fp8 is not None else (
+        None if col_scale is None else _device_vector("col_scale", col_scale, N, "one per column of D (N)", DType.FP32))
+    bias_vec = None
+    if bias is not None:
+        length, what = (N, "bias_along='n': one per column (N)") if bias_along == "n" else (M, "bias_along='m': one per row (M)")
+        bias_vec = _device_vector("bias", bias, length, what, out_type)
+    shape = (batch, M, N) if batched else (M, N)
+    dc = _device("c", c) if c is not None else None
+    if out is None:
+        out = da.empty(shape, out_type)
+    dout = _device("out", out)
+    if dout.shape != shape or dout.dtype is not out_type:
+        raise InvalidArgumentError(f"out must be a {shape} {out_type.key} array, got {dout.shape} {dout.dtype.key}")
+    reads = {"a": da, "b": db, "bias": bias_vec, "row_scale": rows, "col_scale": cols}
+    _device_output_checks("out", dout, M, N, batched, {**reads, "c": dc} if dc is None or dc.ptr != dout.ptr else reads)
+    ldc = dout.strides[-2] if M > 1 else N
+    stride_c = dout.strides[0] if batched and batch > 1 else 0
+    if dc is not None:
+        if dc.dtype is not out_type:
+            raise TypeError(f"c holds {dc.dtype.key}; it must be {out_type.key} (the output type)")
+        if dc.shape != dout.shape or dc.strides != dout.strides:
+            raise InvalidArgumentError(f"c must be laid out as out (shape {dout.shape}, strides {dout.strides}: C is read "
+                                       f"with D's layout), got {dc.shape} {dc.strides}; c=out accumulates in place")
+        if dc.ptr != dout.ptr and dc.overlaps(dout):
+            raise InvalidArgumentError("c overlaps out without being out itself: in-place accumulation takes c=out")
+    want_aux = aux is not None or bool(return_aux)
+    daux = None
+    if want_aux:
+        if aux is None:
+            aux = da.empty(shape, out_type)
+        daux = _device("aux", aux)
+        if daux.shape != shape or daux.dtype is not out_type:
+            raise InvalidArgumentError(f"aux must be a {shape} {out_type.key} array, got {daux.shape} {daux.dtype.key}")
+        if daux.strides != dout.strides:
+            raise InvalidArgumentError(f"aux must be laid out as out (strides {dout.strides}), got {daux.strides}")
+        _device_output_checks("aux", daux, M, N, batched, {**reads, "out": dout, "c": dc})
+    problem = GemmProblem(M, N, K, dtype, lay, lda, ldb, ldc, alpha * factor,
+                          batch=batch if batched else 0, stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
+                          beta=beta, bias=Bias.NONE if bias_vec is None else Bias.parse(bias_along),
+                          activation=act, aux=want_aux, row_scale=rows is not None, col_scale=cols is not None,
+                          out_dtype=out_code)
+    if target is None:
+        from .api import _device_target
+        target = _device_target()
+    d = _dispatcher(target)
+    if d.on_host:
+        raise InvalidArgumentError(f"the arrays are CUDA arrays but target {d.target} runs on the host")
+    detail = selection.unsupported_detail("gemm", d.target, problem)
+    if detail:
+        raise UnsupportedProblemError(detail)
+    # no kernel taking the problem: the library's error names each kernel's reason
+    epilogue = {"c": None if dc is None else dc.ptr, "bias": None if bias_vec is None else bias_vec.ptr,
+                "aux": None if daux is None else daux.ptr, "row_scale": None if rows is None else rows.ptr,
+                "col_scale": None if cols is None else cols.ptr}
+    d.run(problem, da.ptr, db.ptr, dout.ptr, kernel=kernel, stream=da.stream(), timed=False, epilogue=epilogue)
+    return (out, aux) if return_aux else out
+
+
+def _device_output_checks(name: str, x: DeviceArray, M: int, N: int, batched: bool, reads: dict) -> None:
+    """A written CUDA array: row-major matrices with unit column stride, matrices that do not
+    overlap each other, sharing no memory with what the call reads."""
+    s0, s1 = x.strides[-2:]
+    if N > 1 and s1 != 1 or M > 1 and s0 < N:
+        raise InvalidArgumentError(f"{name} must be row-major with unit column stride, got strides {x.strides}")
+    ldc = s0 if M > 1 else N
+    if batched and x.shape[0] > 1 and x.strides[0] < (M - 1) * ldc + N:
+        raise InvalidArgumentError(f"{name}'s matrices must not overlap (a batch stride of at least one matrix)")
+    for other, array in reads.items():
+        if array is not None and x.overlaps(array):
+            raise InvalidArgumentError(f"{name} overlaps {other}: pass a separate array")
 
 
 def _order(x: np.ndarray):

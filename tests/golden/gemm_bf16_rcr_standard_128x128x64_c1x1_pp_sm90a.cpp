@@ -9,6 +9,6 @@ extern const GemmKernel kernel_gemm_bf16_rcr_standard_128x128x64_c1x1_pp_sm90a;
 const GemmKernel kernel_gemm_bf16_rcr_standard_128x128x64_c1x1_pp_sm90a = make_kernel<GemmKernel,
     cuda::Sm90Gemm<2, 0, false, -1, 128, 128, 64,
                    1, 1, true, false, false, 1>>(
-    KernelInfo{"gemm_bf16_rcr_standard_128x128x64_c1x1_pp_sm90a", 2, 2, 0, 0, -1, 0, -1, 128, 128, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0},
+    KernelInfo{"gemm_bf16_rcr_standard_128x128x64_c1x1_pp_sm90a", 2, 2, 0, 0, -1, 0, -1, 128, 128, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 256},
     &cutlass_gemm_cost);
 }  // namespace td

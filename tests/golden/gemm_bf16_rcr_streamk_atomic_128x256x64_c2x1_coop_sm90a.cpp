@@ -8,6 +8,6 @@ extern const GemmKernel kernel_gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop
 const GemmKernel kernel_gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a = make_kernel<GemmKernel,
     cuda::Sm90Gemm<2, 0, true, 0, 128, 256, 64,
                    2, 1, false, false, false, 1>>(
-    KernelInfo{"gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a", 2, 2, 0, 1, 0, 0, -1, 128, 256, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0},
+    KernelInfo{"gemm_bf16_rcr_streamk_atomic_128x256x64_c2x1_coop_sm90a", 2, 2, 0, 1, 0, 0, -1, 128, 256, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 1, 0, 1, 0, 0, 256},
     &cutlass_gemm_cost);
 }  // namespace td

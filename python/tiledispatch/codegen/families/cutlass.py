@@ -6,20 +6,36 @@ sums reach the fp32 accumulators: `tile` (the default) every K tile through our 
 two alternating sets of partial registers (bindings/cuda/fp8_mainloop.cuh: the tensor cores
 never drain); N (4, 8, ...) every N MMAs of K 32 through CUTLASS's fp8 mainloop, which drains
 them at each; `fast` never (CUTLASS's FP8FastAccum schedules: much less precise, so never
-picked, run only when named)."""
+picked, run only when named).
+
+Fused epilogues: `fusion` none (the default: CUTLASS's plain epilogue, no C operand) or an
+epilogue visitor tree computing D = act(alpha * acc * row_scale[i] * col_scale[j] + beta * C +
+bias) with beta, the bias (along N or M) and the scales chosen at run time and the activation
+compiled in: `epilogue` (none), relu, gelu (erf), gelu_tanh, silu (name token `_fepi`,
+`_frelu`, ...). `aux: store` also writes the pre-activation value (`_aux`); `out: fp32 | fp16 |
+bf16` builds D of that type (`_ofp32`, ...; default: the input type's output)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
 from ..frame import cpp_bool
-from ..model import FNUZ, Backend, DType, GemmVariant, Layout
+from ..model import FNUZ, Activation, Backend, DType, Feature, GemmVariant, Layout, OutDType
 from .base import Family
 from .sm90 import target_problems
 
 SCHEDULES = {"cooperative": "coop", "pingpong": "pp"}
 EPILOGUES = ("tma", "nosmem")
 PROMOTES = (0, 1, 4, 8, 12, 16, 24, 32)
+# fusion value -> (name token, TD_ACT_* code); "none": no visitor tree at all
+FUSIONS = {"epilogue": ("epi", Activation.NONE), "relu": ("relu", Activation.RELU),
+           "gelu": ("gelu", Activation.GELU), "gelu_tanh": ("gelu_tanh", Activation.GELU_TANH),
+           "silu": ("silu", Activation.SILU)}
+OUTS = ("fp32", "fp16", "bf16")
+# What every fused variant takes at run time (the vectors are null-defaulted nodes, C is read
+# only when beta != 0); a batch also runs on the plain data-parallel and stream-K variants.
+FUSED_FEATURES = (Feature.BETA.code | Feature.BIAS_N.code | Feature.BIAS_M.code | Feature.ROW_SCALE.code
+                  | Feature.COL_SCALE.code | Feature.BATCH.code)
 
 
 def fp8_slices(regs: int, n: int) -> int:
@@ -112,12 +128,15 @@ class Cutlass(Family):
     epilogue: str = "tma"          # tma | nosmem
     pad: bool = False              # misaligned: reject (False) | pad (True)
     promote: int = 1               # fp8: 1 = tile (ours), N = CUTLASS every N MMAs, 0 = fast (never picked)
+    fusion: str = "none"           # none | epilogue | relu | gelu | gelu_tanh | silu
+    aux: bool = False              # fused: also store the pre-activation value
+    out: str = ""                  # fused: D's type (fp32 | fp16 | bf16); "": the input type's output
 
     FAMILY = "cutlass"
     CODE = 2
     BACKEND = Backend.CUDA
     OPS = ("gemm",)
-    YAML_KEYS = ("cluster", "schedule", "epilogue", "misaligned", "promote")
+    YAML_KEYS = ("cluster", "schedule", "epilogue", "misaligned", "promote", "fusion", "aux", "out")
     KEY_SHAPES = {"cluster": "pair", "promote": "int"}
     HEADER = "cuda/gemm_sm90.cuh"
     COST = {"gemm": "cutlass_gemm_cost"}
@@ -129,6 +148,12 @@ class Cutlass(Family):
             raise ValueError(f"unknown epilogue '{self.epilogue}' (expected tma or nosmem)")
         if self.promote not in PROMOTES:
             raise ValueError(f"promote {self.promote!r} not one of tile, 4, 8, 12, 16, 24, 32 or fast")
+        if self.fusion != "none" and self.fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion '{self.fusion}' (expected none, {', '.join(FUSIONS)})")
+        if self.out and self.out not in OUTS:
+            raise ValueError(f"unknown out '{self.out}' (expected default, {', '.join(OUTS)})")
+        if self.fusion == "none" and (self.aux or self.out):
+            raise ValueError("aux and out come with a fused epilogue (fusion: epilogue or an activation)")
 
     @classmethod
     def from_yaml(cls, values: dict) -> "Cutlass":
@@ -146,8 +171,12 @@ class Cutlass(Family):
             promote = raw  # the allowed intervals: __post_init__
         else:
             raise ValueError(f"promote must be tile, 4, 8, 12, 16, 24, 32 or fast, got {raw!r}")
+        aux = values.get("aux", "none")
+        if aux not in ("none", "store"):
+            raise ValueError(f"unknown aux '{aux}' (expected none or store)")
         return cls(*parse_cluster(values), values.get("schedule", "cooperative"), values.get("epilogue", "tma"),
-                   misaligned == "pad", promote)
+                   misaligned == "pad", promote, values.get("fusion", "none"), aux == "store",
+                   "" if values.get("out", "default") == "default" else values["out"])
 
     @property
     def named_only(self) -> bool:
@@ -163,21 +192,66 @@ class Cutlass(Family):
             parts.append("pad")
         if self.promote != 1:
             parts.append(f"p{self.promote}" if self.promote else "fastacc")
+        if self.fusion != "none":
+            parts.append("f" + FUSIONS[self.fusion][0])
+        if self.aux:
+            parts.append("aux")
+        if self.out:
+            parts.append("o" + self.out)
         return "_".join(parts)
 
     @classmethod
     def from_token(cls, token: str):
-        match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?(?:_p(\d+)|(_fastacc))?", token)
+        match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?(?:_p(\d+)|(_fastacc))?"
+                             r"(?:_f(epi|relu|gelu_tanh|gelu|silu))?(_aux)?(?:_o(fp32|fp16|bf16))?", token)
         if not match:
             return None
         schedule = {v: k for k, v in SCHEDULES.items()}[match.group(3)]
         promote = 0 if match.group(7) else int(match.group(6) or 1)
-        return cls(int(match.group(1)), int(match.group(2)), schedule, "nosmem" if match.group(4) else "tma",
-                   bool(match.group(5)), promote)
+        fusion = next((k for k, (tok, _) in FUSIONS.items() if tok == match.group(8)), "none")
+        try:
+            return cls(int(match.group(1)), int(match.group(2)), schedule, "nosmem" if match.group(4) else "tma",
+                       bool(match.group(5)), promote, fusion, bool(match.group(9)), match.group(10) or "")
+        except ValueError:
+            return None
+
+    @property
+    def activation(self):
+        """The Activation a fused variant applies (None: no fusion)."""
+        return FUSIONS[self.fusion][1] if self.fusion != "none" else None
+
+    def features(self, variant, dtype) -> int:
+        """KernelInfo.features: a fused variant takes beta, bias, scales and a batch at run
+        time (its activation, aux and output type as built); a plain data-parallel or stream-K
+        variant without pad takes a batch."""
+        if self.fusion == "none":
+            return Feature.BATCH.code if variant is not GemmVariant.SPLIT_K and not self.pad else 0
+        bits = FUSED_FEATURES
+        if self.activation is not Activation.NONE:
+            bits |= Feature.ACTIVATION.code
+        if self.aux:
+            bits |= Feature.AUX.code
+        if self.out and self.out != dtype.out.key:
+            bits |= Feature.OUT_DTYPE.code
+        return bits
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
-        return target_problems(target) or gemm_problems(
+        out = target_problems(target) or gemm_problems(
             dtype, layout, variant, tile, self.cluster_m, self.cluster_n, self.schedule, self.pad, self.promote)
+        if self.fusion != "none":
+            if variant is GemmVariant.SPLIT_K:
+                out.append("a fused epilogue does not run with split_k: its second kernel sums fp32 partials "
+                           "(the epilogue would need to run there)")
+            if variant is GemmVariant.STREAM_K:
+                out.append("a fused epilogue is built data-parallel only (stream-K with a visitor tree is not "
+                           "compile-checked here)")
+            if self.pad:
+                out.append("a fused epilogue reads C, aux and its vectors in place: misaligned reject only")
+            if self.epilogue != "tma":
+                out.append("a fused epilogue needs the tma epilogue (CUTLASS's no-smem epilogue takes no visitor tree)")
+        if self.out and self.out == dtype.out.key:
+            out.append(f"out {self.out} is {dtype.key}'s default output: leave out unset")
+        return out
 
     def defines(self, config) -> str:
         # Programmatic dependent launch (cuda/gemm_sm90.cuh); CUTLASS 4.2's stream-K scheduler
@@ -191,6 +265,10 @@ class Cutlass(Family):
         streamk = config.variant is GemmVariant.STREAM_K
         reduction = config.reduction.code if streamk else -1
         split_k = ", true" if config.variant is GemmVariant.SPLIT_K else ""
+        if self.fusion != "none":
+            out_code = OutDType.parse(self.out).code if self.out else 0
+            split_k = (f", {cpp_bool(config.variant is GemmVariant.SPLIT_K)}, {self.activation.code}, "
+                       f"{cpp_bool(self.aux)}, {out_code}")
         return (f"cuda::Sm90Gemm<{config.dtype.code}, {config.layout.code}, {cpp_bool(streamk)}, {reduction}, "
                 f"{tm}, {tn}, {tk},\n"
                 f"                   {self.cluster_m}, {self.cluster_n}, {cpp_bool(self.schedule == 'pingpong')}, "
@@ -199,8 +277,14 @@ class Cutlass(Family):
     def info(self, config) -> dict:
         return {"cluster_m": self.cluster_m, "cluster_n": self.cluster_n, "pingpong": int(self.schedule == "pingpong"),
                 "nosmem_epilogue": int(self.epilogue == "nosmem"), "pad": int(self.pad), "promote": self.promote,
-                "named_only": int(self.named_only)}
+                "named_only": int(self.named_only), "features": self.features(config.variant, config.dtype)}
 
     def to_dict(self) -> dict:
-        return {"cluster": [self.cluster_m, self.cluster_n], "schedule": self.schedule,
-                "epilogue": self.epilogue, "misaligned": "pad" if self.pad else "reject"}
+        values = {"cluster": [self.cluster_m, self.cluster_n], "schedule": self.schedule,
+                  "epilogue": self.epilogue, "misaligned": "pad" if self.pad else "reject"}
+        if self.fusion != "none":
+            values["fusion"] = self.fusion
+            values["aux"] = "store" if self.aux else "none"
+            if self.out:
+                values["out"] = self.out
+        return values
