@@ -355,6 +355,13 @@ def test_device_batch_arguments_are_checked():
         td.gemm(a, fake(1, (40, 24)), out=fake(2, (4, 17, 24), strides=(24, 24, 1)))
     with pytest.raises(td.InvalidArgumentError, match="laid out as rrr, not rcr"):
         td.gemm(a, fake(1, (40, 24)), out=fake(2, (4, 17, 24)), layout="rcr")
-    with pytest.raises(td.UnsupportedProblemError, match="block-wise fp8 scales run on the cpu target"):
-        td.gemm(fake(0, (17, 256)), fake(1, (256, 24)), out=fake(2, (17, 24)), scale_a=fake(3, (17, 2), "<f4"),
+    # block-wise fp8 scales on the device: float32, contiguous row-major, one GEMM
+    with pytest.raises(td.InvalidArgumentError, match="block-wise scales take one GEMM"):
+        td.gemm(fake(0, (2, 17, 256)), fake(1, (256, 24)), out=fake(2, (2, 17, 24)),
+                scale_a=fake(3, (17, 2), "<f4"), scale_b=fake(4, (2, 1), "<f4"))
+    with pytest.raises(TypeError, match="scale_a holds fp16; block-wise scales are float32"):
+        td.gemm(fake(0, (17, 256)), fake(1, (256, 24)), out=fake(2, (17, 24)), scale_a=fake(3, (17, 2), "<f2"),
                 scale_b=fake(4, (2, 1), "<f4"))
+    with pytest.raises(td.InvalidArgumentError, match=r"scale_a must be a contiguous row-major \(17, 2\)"):
+        td.gemm(fake(0, (17, 256)), fake(1, (256, 24)), out=fake(2, (17, 24)),
+                scale_a=fake(3, (17, 2), "<f4", strides=(1, 17)), scale_b=fake(4, (2, 1), "<f4"))

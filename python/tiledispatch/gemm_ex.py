@@ -344,16 +344,29 @@ def _device_vector(name: str, x, length: int, what: str, dtype: DType) -> Device
     return v
 
 
-def _device_scales(scale_a, scale_b, M: int, N: int, K: int):
-    """fp8 scales on CUDA arrays: (alpha factor, row scales, column scales). Per tensor: Python
-    numbers; row-wise: CUDA float32 vectors scale_a (M,) and scale_b (N,). Block-wise scales
-    have no GPU kernel."""
+def _device_block(name: str, x: DeviceArray, shape: tuple) -> DeviceArray:
+    """A block-wise scale array on the device: float32, `shape`, row-major and contiguous."""
+    if x.dtype is not DType.FP32:
+        raise TypeError(f"{name} holds {x.dtype.key}; block-wise scales are float32")
+    if tuple(x.shape) != shape or x.strides != (shape[1], 1) and shape[0] * shape[1] > 1:
+        raise InvalidArgumentError(f"{name} must be a contiguous row-major {shape} float32 array, got shape "
+                                   f"{x.shape}, strides {x.strides}")
+    return x
+
+
+def _device_scales(scale_a, scale_b, M: int, N: int, K: int, batched: bool):
+    """fp8 scales on CUDA arrays: (alpha factor, row scales, column scales, block scales (a, b)
+    or None). Per tensor: Python numbers; row-wise: CUDA float32 vectors scale_a (M,) and
+    scale_b (N,); block-wise: scale_a (M, ceil(K/128)) and scale_b (ceil(K/128), ceil(N/128)),
+    contiguous row-major float32 (the shapes decide, as on the numpy path)."""
     kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
     if is_device_array(scale_a) and is_device_array(scale_b):
         sa, sb = DeviceArray(scale_a), DeviceArray(scale_b)
-        if sa.shape == (M, kb) and sb.shape == (kb, nb) and not (sa.shape in ((M,), (M, 1)) and sb.shape in ((N,), (1, N))):
-            raise UnsupportedProblemError("block-wise fp8 scales run on the cpu target only (numpy arrays); on CUDA "
-                                          "arrays pass row-wise (M,) and (N,) scales")
+        row_wise = tuple(sa.shape) in ((M,), (M, 1)) and tuple(sb.shape) in ((N,), (1, N))
+        if tuple(sa.shape) == (M, kb) and tuple(sb.shape) == (kb, nb) and not row_wise:
+            if batched:
+                raise InvalidArgumentError("block-wise scales take one GEMM, not a batch")
+            return 1.0, None, None, (_device_block("scale_a", sa, (M, kb)), _device_block("scale_b", sb, (kb, nb)))
     factor, rows, cols = 1.0, None, None
     for name, s, length, what in (("scale_a", scale_a, M, "one per row of A (M)"),
                                   ("scale_b", scale_b, N, "one per column of B (N)")):
@@ -371,7 +384,7 @@ def _device_scales(scale_a, scale_b, M: int, N: int, K: int):
             rows = vector
         else:
             cols = vector
-    return factor, rows, cols
+    return factor, rows, cols, None
 
 
 def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bias_along, activation, aux,
@@ -421,7 +434,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
     if not isinstance(return_aux, (bool, np.bool_)):
         raise InvalidArgumentError(f"return_aux must be True or False, got {return_aux!r}")
     out_code, out_type = _out_type(out_dtype, dtype)
-    factor, rows_fp8, cols_fp8 = _device_scales(scale_a, scale_b, M, N, K)
+    factor, rows_fp8, cols_fp8, block = _device_scales(scale_a, scale_b, M, N, K, batched)
     if rows_fp8 is not None and row_scale is not None or cols_fp8 is not None and col_scale is not None:
         raise InvalidArgumentError("give row-wise scales once: scale_a/scale_b or row_scale/col_scale, not both")
     rows = rows_fp8 if rows_fp8 is not None else (
@@ -439,7 +452,8 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
     dout = _device("out", out)
     if dout.shape != shape or dout.dtype is not out_type:
         raise InvalidArgumentError(f"out must be a {shape} {out_type.key} array, got {dout.shape} {dout.dtype.key}")
-    reads = {"a": da, "b": db, "bias": bias_vec, "row_scale": rows, "col_scale": cols}
+    reads = {"a": da, "b": db, "bias": bias_vec, "row_scale": rows, "col_scale": cols,
+             "scale_a": block[0] if block else None, "scale_b": block[1] if block else None}
     _device_output_checks("out", dout, M, N, batched, {**reads, "c": dc} if dc is None or dc.ptr != dout.ptr else reads)
     ldc = dout.strides[-2] if M > 1 else N
     stride_c = dout.strides[0] if batched and batch > 1 else 0
@@ -466,7 +480,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
                           batch=batch if batched else 0, stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
                           beta=beta, bias=Bias.NONE if bias_vec is None else Bias.parse(bias_along),
                           activation=act, aux=want_aux, row_scale=rows is not None, col_scale=cols is not None,
-                          out_dtype=out_code)
+                          block_scale=block is not None, out_dtype=out_code)
     if target is None:
         from .api import _device_target
         target = _device_target()
@@ -479,7 +493,8 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
     # no kernel taking the problem: the library's error names each kernel's reason
     epilogue = {"c": None if dc is None else dc.ptr, "bias": None if bias_vec is None else bias_vec.ptr,
                 "aux": None if daux is None else daux.ptr, "row_scale": None if rows is None else rows.ptr,
-                "col_scale": None if cols is None else cols.ptr}
+                "col_scale": None if cols is None else cols.ptr,
+                "scale_a": block[0].ptr if block else None, "scale_b": block[1].ptr if block else None}
     d.run(problem, da.ptr, db.ptr, dout.ptr, kernel=kernel, stream=da.stream(), timed=False, epilogue=epilogue)
     return (out, aux) if return_aux else out
 
