@@ -63,6 +63,20 @@ def parse_cluster(values: dict) -> tuple[int, int]:
     return cluster[0], cluster[1]
 
 
+def cluster_token(prefix: str, cluster_m: int, cluster_n: int, schedule: str) -> str:
+    """The name token of a CUTLASS family with a prefix: `<prefix>_c<m>x<n>_<coop|pp>`."""
+    return f"{prefix}_c{cluster_m}x{cluster_n}_{SCHEDULES[schedule]}"
+
+
+def parse_cluster_token(prefix: str, token: str):
+    """(cluster_m, cluster_n, schedule) of a cluster_token, or None where it is not one."""
+    match = re.fullmatch(rf"{prefix}_c(\d+)x(\d+)_(coop|pp)", token)
+    if not match:
+        return None
+    schedule = {v: k for k, v in SCHEDULES.items()}[match.group(3)]
+    return int(match.group(1)), int(match.group(2)), schedule
+
+
 def check_schedule(schedule: str) -> None:
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule '{schedule}' (expected cooperative or pingpong)")

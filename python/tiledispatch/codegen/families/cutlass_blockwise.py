@@ -5,12 +5,11 @@ schedule (cooperative or ping-pong). Its kernels implement TD_FEATURE_BLOCK_SCAL
 problems that have block-wise scales; plain fp8 problems go to the cutlass family."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..model import Backend, DType, Feature, GemmVariant, Layout
 from .base import Family
-from .cutlass import SCHEDULES, check_schedule, parse_cluster, tile_problems
+from .cutlass import cluster_token, parse_cluster_token, check_schedule, parse_cluster, tile_problems
 from .sm90 import target_problems
 
 SCALE_BLOCK = 128  # K and N extent of one scale block
@@ -75,15 +74,12 @@ class CutlassBlockwise(Family):
 
     @property
     def token(self) -> str:
-        return f"blockwise_c{self.cluster_m}x{self.cluster_n}_{SCHEDULES[self.schedule]}"
+        return cluster_token("blockwise", self.cluster_m, self.cluster_n, self.schedule)
 
     @classmethod
     def from_token(cls, token: str):
-        match = re.fullmatch(r"blockwise_c(\d+)x(\d+)_(coop|pp)", token)
-        if not match:
-            return None
-        schedule = {v: k for k, v in SCHEDULES.items()}[match.group(3)]
-        return cls(int(match.group(1)), int(match.group(2)), schedule)
+        parsed = parse_cluster_token("blockwise", token)
+        return None if parsed is None else cls(*parsed)
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         return target_problems(target) or blockwise_problems(

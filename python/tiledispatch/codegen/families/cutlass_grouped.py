@@ -8,13 +8,12 @@ or ping-pong); the rules are those of the cutlass family's tiles. D = alpha * A 
 fused epilogue)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..frame import cpp_bool
 from ..model import Backend, DType, GemmVariant
 from .base import Family
-from .cutlass import SCHEDULES, check_schedule, gemm_problems, parse_cluster
+from .cutlass import cluster_token, parse_cluster_token, check_schedule, gemm_problems, parse_cluster
 from .sm90 import target_problems
 
 
@@ -45,15 +44,12 @@ class CutlassGrouped(Family):
 
     @property
     def token(self) -> str:
-        return f"ptrarray_c{self.cluster_m}x{self.cluster_n}_{SCHEDULES[self.schedule]}"
+        return cluster_token("ptrarray", self.cluster_m, self.cluster_n, self.schedule)
 
     @classmethod
     def from_token(cls, token: str):
-        match = re.fullmatch(r"ptrarray_c(\d+)x(\d+)_(coop|pp)", token)
-        if not match:
-            return None
-        schedule = {v: k for k, v in SCHEDULES.items()}[match.group(3)]
-        return cls(int(match.group(1)), int(match.group(2)), schedule)
+        parsed = parse_cluster_token("ptrarray", token)
+        return None if parsed is None else cls(*parsed)
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):
