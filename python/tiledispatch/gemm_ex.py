@@ -169,6 +169,26 @@ def _scales(scale_a, scale_b, M: int, N: int, K: int, batched: bool):
     return factor, rows, cols, block
 
 
+def _epilogue_args(alpha, beta, c, bias_along, activation, return_aux):
+    """(alpha, beta, Activation): the scalar epilogue arguments checked, as both paths take them."""
+    alpha = _alpha(alpha)
+    if beta is not None and c is None:
+        raise InvalidArgumentError("beta needs c (D = ... + beta * C)")
+    beta = 0.0 if c is None else _alpha(1.0 if beta is None else beta, "beta")
+    if bias_along not in ("n", "m"):
+        raise InvalidArgumentError(f"bias_along must be 'n' (one value per column) or 'm' (per row), got {bias_along!r}")
+    try:
+        act = Activation.parse(activation) if isinstance(activation, str) else (
+            Activation.NONE if activation is None else None)
+    except ValueError as err:
+        raise InvalidArgumentError(str(err)) from None
+    if act is None:
+        raise InvalidArgumentError(f"activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got {activation!r}")
+    if not isinstance(return_aux, (bool, np.bool_)):
+        raise InvalidArgumentError(f"return_aux must be True or False, got {return_aux!r}")
+    return alpha, beta, act
+
+
 def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=None, beta=None, bias=None,
          bias_along="n", activation=None, aux=None, return_aux=False, row_scale=None, col_scale=None,
          scale_a=None, scale_b=None, out_dtype=None):
@@ -196,21 +216,7 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=
         raise InvalidArgumentError(f"M, N, K and the batch must be positive, got A {a.shape} and B {b.shape}")
     _no_matrix_broadcast("a", a)
     _no_matrix_broadcast("b", b)
-    alpha = _alpha(alpha)
-    if beta is not None and c is None:
-        raise InvalidArgumentError("beta needs c (D = ... + beta * C)")
-    beta = 0.0 if c is None else _alpha(1.0 if beta is None else beta, "beta")
-    if bias_along not in ("n", "m"):
-        raise InvalidArgumentError(f"bias_along must be 'n' (one value per column) or 'm' (per row), got {bias_along!r}")
-    try:
-        act = Activation.parse(activation) if isinstance(activation, str) else (
-            Activation.NONE if activation is None else None)
-    except ValueError as err:
-        raise InvalidArgumentError(str(err)) from None
-    if act is None:
-        raise InvalidArgumentError(f"activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got {activation!r}")
-    if not isinstance(return_aux, (bool, np.bool_)):
-        raise InvalidArgumentError(f"return_aux must be True or False, got {return_aux!r}")
+    alpha, beta, act = _epilogue_args(alpha, beta, c, bias_along, activation, return_aux)
     out_code, out_type = _out_type(out_dtype, dtype)
     factor, rows_fp8, cols_fp8, block = _scales(scale_a, scale_b, M, N, K, batched)
     if rows_fp8 is not None and row_scale is not None or cols_fp8 is not None and col_scale is not None:
@@ -418,21 +424,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
             raise InvalidArgumentError(f"layout must be one of rcr, rrr, crr, ccr, got {layout!r}") from None
         if want is not lay:
             raise InvalidArgumentError(f"the arrays are laid out as {lay.key}, not {want.key}: transpose or copy them")
-    alpha = _alpha(alpha)
-    if beta is not None and c is None:
-        raise InvalidArgumentError("beta needs c (D = ... + beta * C)")
-    beta = 0.0 if c is None else _alpha(1.0 if beta is None else beta, "beta")
-    if bias_along not in ("n", "m"):
-        raise InvalidArgumentError(f"bias_along must be 'n' (one value per column) or 'm' (per row), got {bias_along!r}")
-    try:
-        act = Activation.parse(activation) if isinstance(activation, str) else (
-            Activation.NONE if activation is None else None)
-    except ValueError as err:
-        raise InvalidArgumentError(str(err)) from None
-    if act is None:
-        raise InvalidArgumentError(f"activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got {activation!r}")
-    if not isinstance(return_aux, (bool, np.bool_)):
-        raise InvalidArgumentError(f"return_aux must be True or False, got {return_aux!r}")
+    alpha, beta, act = _epilogue_args(alpha, beta, c, bias_along, activation, return_aux)
     out_code, out_type = _out_type(out_dtype, dtype)
     factor, rows_fp8, cols_fp8, block = _device_scales(scale_a, scale_b, M, N, K, batched)
     if rows_fp8 is not None and row_scale is not None or cols_fp8 is not None and col_scale is not None:
