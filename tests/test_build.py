@@ -92,3 +92,14 @@ def test_an_unknown_target_fails_at_configure_time(tmp_path):
     setup = meson("setup", str(tmp_path / "build"), str(ROOT), "-Dgpu_targets=cpu,sm_99")
     assert setup.returncode != 0
     assert "unknown target 'sm_99' in gpu_targets" in setup.stdout + setup.stderr
+
+
+def test_every_module_of_the_package_is_installed():
+    """meson.build lists the package's modules one by one; a module missing there imports
+    from the source tree and fails in the installed wheel."""
+    text = (ROOT / "meson.build").read_text()
+    listed = set(re.findall(r"'(python/tiledispatch/[^']+\.py)'", text))
+    package = ROOT / "python" / "tiledispatch"
+    modules = {str(p.relative_to(ROOT)) for p in package.rglob("*.py")
+               if "codegen" not in p.relative_to(package).parts}
+    assert sorted(modules - listed) == []
