@@ -26,9 +26,24 @@ TORCH = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP8_E4M3: "float8_
 def kernels():
     """The GEMM kernels that run plain problems (the cutlass_blockwise kernels run only fp8
     problems with block-wise scales: tests/test_gpu_fp8_blockwise.py; the grouped variant runs
-    grouped calls only: tests/test_gpu_grouped_gemm.py)."""
+    grouped calls only: tests/test_gpu_grouped_gemm.py; the fused cutlass variants need their
+    epilogue: tests/test_gpu_gemm_features.py)."""
     every = td.registry().kernels("gemm", GPU) if GPU else []
-    return [k for k in every if k.family != "cutlass_blockwise" and k.variant is not GemmVariant.GROUPED]
+    return [k for k in every if k.family != "cutlass_blockwise" and k.variant is not GemmVariant.GROUPED
+            and getattr(k.knobs, "fusion", "none") == "none"]
+
+
+def tile(kernel):
+    """The kernel's tile, or 64 x 64 x 64 for the vendor kernels (tile 1 x 1 x 1)."""
+    return tuple(t if t > 1 else 64 for t in kernel.tile)
+
+
+@pytest.fixture
+def ours_alone():
+    """Selection among our own families (the vendor families left out: td.set_options)."""
+    previous = td.set_options(vendor=False)
+    yield
+    td.set_options(**previous)
 
 
 def tdtype(dtype):
@@ -70,7 +85,7 @@ def check(kernel, M, N, K, gen, *, pad=0, splits=0, d=None):
 
 @pytest.mark.parametrize("kernel", kernels(), ids=lambda k: k.name)
 def test_every_gpu_kernel_matches_float64(kernel, gen):
-    tm, tn, tk = kernel.tile
+    tm, tn, tk = tile(kernel)
     check(kernel, 2 * tm, 2 * tn, 4 * tk, gen)                        # multiples of the tile
     check(kernel, tm + 24, 3 * tn - 40, 5 * tk + 16, gen)             # not multiples (16-byte aligned)
     check(kernel, 8, 16, 32, gen)                                     # smaller than one tile
@@ -194,10 +209,10 @@ def test_skinny_kernels_refuse_what_they_cannot_read(gen):
     assert int(c.count_nonzero()) == 0
 
 
-def test_the_cost_model_picks_the_skinny_kernel_for_decode_shapes():
-    """M up to 16: the skinny kernel (B's bytes are the time); M 32 and 128: a CUTLASS kernel. By
-    the library's cost model and by the dispatcher (the shipped bf16 tuning table; fp8 has
-    none, so the cost model there too)."""
+def test_the_cost_model_picks_the_skinny_kernel_for_decode_shapes(ours_alone):
+    """Among our families: M up to 16, the skinny kernel (B's bytes are the time); M 32 and 128,
+    a CUTLASS kernel. By the library's cost model and by the dispatcher (the shipped bf16 tuning
+    table; fp8 has none, so the cost model there too)."""
     if not skinny_kernels():
         pytest.skip("no skinny kernel in this build")
     d = td.Dispatcher("gemm", GPU)
@@ -263,7 +278,7 @@ def test_a_table_does_not_speak_for_a_kernel_family_it_never_measured(tmp_path, 
     assert pick == expected(q, cut2) and configs[pick].variant is GemmVariant.SPLIT_K, pick
 
 
-def test_the_cost_model_picks_the_wide_fp8_tiles_where_they_won():
+def test_the_cost_model_picks_the_wide_fp8_tiles_where_they_won(ours_alone):
     """fp8 e4m3 (no tuning table: the cost model picks): the 128x256 tiles, whose mainloop runs
     in N slices, on the large and short-K shapes, 128x192 at 2304^3, and the 64x128 ping-pong
     tile at 64 rows (bench/RESULTS.md: 128x256 1.05x cuBLASLt at 8192x8192x256, where the
@@ -279,7 +294,7 @@ def test_the_cost_model_picks_the_wide_fp8_tiles_where_they_won():
         assert d.select(problem) == f"gemm_fp8e4m3_rcr_standard_{tile}_sm90a", (M, N, K)
 
 
-def test_misaligned_problems_are_served_or_refused_never_wrong(gen):
+def test_misaligned_problems_are_served_or_refused_never_wrong(gen, ours_alone):
     d = td.Dispatcher("gemm", GPU)
     for dtype in (DType.BF16, DType.FP16):
         if not any(k.dtype is dtype and k.layout.key == "rcr" for k in kernels()):

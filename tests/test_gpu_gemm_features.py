@@ -189,13 +189,21 @@ def test_batch_with_a_shared_b_folds_into_one_gemm(gen):
     batch_check(a, b, plain, "bf16", K)
 
 
-def test_batch_with_a_shared_a_is_refused_with_the_reason(gen):
+def test_batch_with_a_shared_a_runs_on_cublaslt_or_is_refused(gen):
+    """A 2-D A shared by a batch of B (batch stride 0): the cutlass kernels refuse it with the
+    reason; the selection runs it on the cuBLASLt kernel where the build has it, else refuses it."""
     a = rand((17, 40), "bf16", gen)
     b = rand((4, 24, 40), "bf16", gen).transpose(-1, -2)
-    with pytest.raises(td.UnsupportedProblemError):
-        td.gemm(a, b)
     with pytest.raises(td.KernelRejectedError, match="A or B broadcast over the batch"):
         td.gemm(a, b, kernel="gemm_bf16_rcr_standard_128x128x64_c1x1_coop_sm90a")
+    vendor = "gemm_bf16_rcr_standard_1x1x1_cublaslt_sm90a"
+    if vendor not in {k.name for k in td.registry().kernels("gemm", GPU)}:
+        with pytest.raises(td.UnsupportedProblemError):
+            td.gemm(a, b)
+        return
+    d = td.gemm(a, b)
+    assert d.shape == (4, 17, 24)
+    batch_check(a.expand(4, -1, -1), b, d, "bf16", 40)
 
 
 def test_plain_batch(gen):

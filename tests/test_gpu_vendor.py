@@ -390,6 +390,9 @@ def test_cublaslt_fp8_block_scales(shape):
                                 out_dtype=torch.bfloat16)
     except (RuntimeError, NotImplementedError) as err:
         pytest.skip(f"torch._scaled_mm has no block-wise scaling here: {str(err).splitlines()[0]}")
+    if rel_error(want, ref) > 1e-2:  # ours matched float64 above: this torch reads these scales otherwise
+        pytest.skip(f"torch._scaled_mm's block-wise mode disagrees with float64 at {shape} "
+                    f"(relative error {rel_error(want, ref):.2g})")
     assert rel_error(d, f64(want)) < 1e-2
 
 
@@ -461,6 +464,7 @@ def test_cublaslt_feature_workspace_and_cost():
     assert d.workspace_size(epilogue, LT_BF16) == 0
     base = d.cost(td.GemmProblem(64, 96, 256, "bf16", "rcr"), LT_BF16)
     assert d.cost(epilogue, LT_BF16) > base
-    batched = td.GemmProblem(64, 96, 256, "bf16", "rcr", batch=4, stride_a=64 * 256, stride_b=96 * 256,
+    # 300 tiles of the product: more than two waves of the 132 SMs, where one matrix is one tile
+    batched = td.GemmProblem(64, 96, 256, "bf16", "rcr", batch=300, stride_a=64 * 256, stride_b=96 * 256,
                              stride_c=64 * 96)
-    assert d.cost(batched, LT_BF16) > base
+    assert d.cost(batched, LT_BF16) > 2 * base

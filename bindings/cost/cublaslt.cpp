@@ -53,9 +53,14 @@ double epilogue_bytes(const TdGemmProblem& p) {
 
 double cublaslt_gemm_cost(const KernelInfo& k, const TdGemmProblem& p, const CostContext& ctx) {
     const GemmShape s{p.batch > 1 ? p.batch : 1, p.M, p.N, p.K};
+    // every tile shape the manifest builds for sm90 (kernels.yaml), so that the prior weighs the
+    // vendor against the best of ours whichever of them a build holds
     static const Sm90Tile tiles[] = {
         {128, 256, 64, 2, 1, false, false}, {256, 128, 64, 1, 2, false, false}, {128, 128, 64, 1, 1, false, false},
         {64, 128, 64, 1, 1, true, false},   {128, 192, 64, 2, 1, true, false},  {64, 256, 64, 2, 1, true, false},
+        {64, 64, 64, 2, 1, true, false},    {128, 64, 64, 1, 1, false, false},  {128, 64, 64, 1, 2, true, false},
+        {64, 128, 64, 1, 2, true, false},   {128, 128, 64, 2, 1, true, false},  {128, 128, 64, 1, 2, true, false},
+        {128, 176, 64, 2, 1, true, false},
     };
     double best = 1e300;
     for (const Sm90Tile& t : tiles) best = std::min(best, sm90_gemm_model(t, s, false, ctx.workers));
