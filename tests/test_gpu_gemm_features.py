@@ -235,3 +235,28 @@ def test_selection_keeps_plain_problems_on_plain_variants(M, N, K):
         twin = k.name.replace("_fepi", "")
         if k.dtype.key == "bf16" and "_fepi_sm90a" in k.name and twin in names:
             assert d.cost(plain, k.name) > d.cost(plain, twin)
+
+
+@pytest.mark.parametrize("form", [dict(activation="gelu", bias_along="n", aux=True), dict(beta=1.0, in_place=True),
+                                  dict(beta=-0.5, bias_along="m"), dict(scales=True), dict(out_dtype="fp32")])
+def test_a_repeated_call_runs_its_stored_plan(gen, form):
+    """The second call with the same metadata (new tensors, new addresses) takes the plan the
+    first one stored (tiledispatch._gemm_plans): the same answers, outputs allocated anew."""
+    from tiledispatch import _gemm_plans
+    _gemm_plans.clear()
+    run_case("bf16", 96, 136, 72, gen, **form)
+    assert len(_gemm_plans._PLANS) == 1
+    run_case("bf16", 96, 136, 72, gen, **form)
+    assert len(_gemm_plans._PLANS) == 1
+
+
+def test_a_stored_plan_still_refuses_an_out_overlapping_an_input(gen):
+    a, b = problem_operands("bf16", 64, 64, 64, gen)
+    bias = rand((64,), "bf16", gen)
+    out = torch.empty(64, 64, dtype=torch.bfloat16, device="cuda")
+    td.gemm(a, b, bias=bias, activation="relu", out=out)
+    ref = td.gemm(a, b, bias=bias, activation="relu")
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    with pytest.raises(td.InvalidArgumentError, match="out overlaps a"):
+        td.gemm(a, b, bias=bias, activation="relu", out=a)  # a is 64 x 64 bf16 row-major: out's metadata

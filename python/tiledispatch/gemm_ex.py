@@ -14,8 +14,8 @@ import ctypes
 
 import numpy as np
 
-from . import _ffi, selection
-from .arrays import DeviceArray, dtype_of, is_device_array, ld_in_order, numpy_dtype, pointer
+from . import _ffi, _gemm_plans, selection
+from .arrays import DeviceArray, dtype_of, is_device_array, ld_in_order, numpy_dtype, pointer, torch_dtype
 from .codegen import Activation, Bias, DType, Layout, OutDType
 from .dispatcher import Dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
@@ -193,11 +193,20 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=
          bias_along="n", activation=None, aux=None, return_aux=False, row_scale=None, col_scale=None,
          scale_a=None, scale_b=None, out_dtype=None):
     """td.gemm with its extra arguments (see td.gemm's docstring); numpy or CUDA arrays."""
+    plan_key = None
+    if _is_torch_cuda(a):  # a repeated call on torch tensors: the plan of its first call
+        arrays = dict(a=a, b=b, out=out, c=c, bias=bias, aux=aux, row_scale=row_scale, col_scale=col_scale,
+                      scale_a=scale_a, scale_b=scale_b)
+        plan_key = _gemm_plans.key(arrays, (alpha, beta, bias_along, activation, return_aux, out_dtype, kernel,
+                                            layout, target))
+        plan = _gemm_plans.lookup(plan_key)
+        if plan is not None:
+            return _gemm_plans.execute(plan, arrays)
     if any(is_device_array(x) for x in (a, b, out, c, bias, aux, row_scale, col_scale, scale_a, scale_b)):
         return _gemm_device(a, b, layout=layout, out=out, kernel=kernel, alpha=alpha, target=target, c=c, beta=beta,
                             bias=bias, bias_along=bias_along, activation=activation, aux=aux, return_aux=return_aux,
                             row_scale=row_scale, col_scale=col_scale, scale_a=scale_a, scale_b=scale_b,
-                            out_dtype=out_dtype)
+                            out_dtype=out_dtype, plan_key=plan_key)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim not in (2, 3) or b.ndim not in (2, 3):
         raise InvalidArgumentError(f"gemm takes 2-D or 3-D (batched) operands, got shapes {a.shape} and {b.shape}")
@@ -393,11 +402,18 @@ def _device_scales(scale_a, scale_b, M: int, N: int, K: int, batched: bool):
     return factor, rows, cols, None
 
 
+def _is_torch_cuda(x) -> bool:
+    return type(x).__name__ == "Tensor" and type(x).__module__.startswith("torch") and x.is_cuda
+
+
 def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bias_along, activation, aux,
-                 return_aux, row_scale, col_scale, scale_a, scale_b, out_dtype):
+                 return_aux, row_scale, col_scale, scale_a, scale_b, out_dtype, plan_key=None):
     """td.gemm's extra arguments on CUDA arrays: no copies (operands are used in place), the
     caller's current stream, outputs of the caller's kind; the same argument checks as the
-    numpy path, and overlap checks on the arrays' address ranges."""
+    numpy path, and overlap checks on the arrays' address ranges. With plan_key (torch
+    tensors), a call that ran stores its plan there for the calls with the same metadata."""
+    given = dict(a=a, b=b, out=out, c=c, bias=bias, aux=aux, row_scale=row_scale, col_scale=col_scale,
+                 scale_a=scale_a, scale_b=scale_b)
     da, db = _device("a", a), _device("b", b)
     if len(da.shape) not in (2, 3) or len(db.shape) not in (2, 3):
         raise InvalidArgumentError(f"gemm takes 2-D or 3-D (batched) operands, got shapes {da.shape} and {db.shape}")
@@ -488,6 +504,10 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
                 "col_scale": None if cols is None else cols.ptr,
                 "scale_a": block[0].ptr if block else None, "scale_b": block[1].ptr if block else None}
     d.run(problem, da.ptr, db.ptr, dout.ptr, kernel=kernel, stream=da.stream(), timed=False, epilogue=epilogue)
+    if plan_key is not None:
+        _gemm_plans.store(plan_key, _gemm_plans.Plan(
+            problem.to_c(), kernel, d.lib, _gemm_plans.raw_stream(), da.obj.get_device(), shape,
+            torch_dtype(out_type), want_aux, bool(return_aux), given))
     return (out, aux) if return_aux else out
 
 
