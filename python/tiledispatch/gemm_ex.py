@@ -169,6 +169,21 @@ def _scales(scale_a, scale_b, M: int, N: int, K: int, batched: bool):
     return factor, rows, cols, block
 
 
+def _gemm_shape(a: tuple, b: tuple):
+    """(batched, batch, M, N, K) of 2-D or 3-D operand shapes, checked (numpy.matmul's batch rule)."""
+    batched = len(a) == 3 or len(b) == 3
+    batches = [x[0] for x in (a, b) if len(x) == 3]
+    batch = max(batches) if batches else 1
+    if any(n not in (1, batch) for n in batches):
+        raise InvalidArgumentError(f"batch sizes differ: A is {a}, B is {b} (each must be {batch} or 1)")
+    (M, K), (K2, N) = a[-2:], b[-2:]
+    if K != K2:
+        raise InvalidArgumentError(f"inner dimensions differ: A is {a}, B is {b}")
+    if 0 in a or 0 in b:
+        raise InvalidArgumentError(f"M, N, K and the batch must be positive, got A {a} and B {b}")
+    return batched, batch, M, N, K
+
+
 def _epilogue_args(alpha, beta, c, bias_along, activation, return_aux):
     """(alpha, beta, Activation): the scalar epilogue arguments checked, as both paths take them."""
     alpha = _alpha(alpha)
@@ -213,16 +228,7 @@ def gemm(a, b, *, layout=None, out=None, kernel=None, alpha=1.0, target=None, c=
     dtype = dtype_of(a)
     if dtype_of(b) is not dtype:
         raise TypeError(f"A and B must share an element type, got {a.dtype} and {b.dtype}")
-    batched = a.ndim == 3 or b.ndim == 3
-    batches = [x.shape[0] for x in (a, b) if x.ndim == 3]
-    batch = max(batches) if batches else 1
-    if any(n not in (1, batch) for n in batches):
-        raise InvalidArgumentError(f"batch sizes differ: A is {a.shape}, B is {b.shape} (each must be {batch} or 1)")
-    (M, K), (K2, N) = a.shape[-2:], b.shape[-2:]
-    if K != K2:
-        raise InvalidArgumentError(f"inner dimensions differ: A is {a.shape}, B is {b.shape}")
-    if 0 in a.shape or 0 in b.shape:
-        raise InvalidArgumentError(f"M, N, K and the batch must be positive, got A {a.shape} and B {b.shape}")
+    batched, batch, M, N, K = _gemm_shape(tuple(a.shape), tuple(b.shape))
     _no_matrix_broadcast("a", a)
     _no_matrix_broadcast("b", b)
     alpha, beta, act = _epilogue_args(alpha, beta, c, bias_along, activation, return_aux)
@@ -420,16 +426,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
     dtype = da.dtype
     if db.dtype is not dtype:
         raise TypeError(f"A and B must share an element type, got {dtype.key} and {db.dtype.key}")
-    batched = len(da.shape) == 3 or len(db.shape) == 3
-    batches = [x.shape[0] for x in (da, db) if len(x.shape) == 3]
-    batch = max(batches) if batches else 1
-    if any(n not in (1, batch) for n in batches):
-        raise InvalidArgumentError(f"batch sizes differ: A is {da.shape}, B is {db.shape} (each must be {batch} or 1)")
-    (M, K), (K2, N) = da.shape[-2:], db.shape[-2:]
-    if K != K2:
-        raise InvalidArgumentError(f"inner dimensions differ: A is {da.shape}, B is {db.shape}")
-    if 0 in da.shape or 0 in db.shape:
-        raise InvalidArgumentError(f"M, N, K and the batch must be positive, got A {da.shape} and B {db.shape}")
+    batched, batch, M, N, K = _gemm_shape(tuple(da.shape), tuple(db.shape))
     oa, lda, stride_a = _device_matrices("a", da)
     ob, ldb, stride_b = _device_matrices("b", db)
     lay = Layout.parse(oa + ob + "r")
