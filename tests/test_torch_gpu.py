@@ -69,6 +69,28 @@ def test_conv_and_its_grads_match_float64(case, dtype):
     assert_close(w.grad, w64.grad, dtype)
 
 
+@pytest.mark.parametrize("case", CASES[:2], ids=["grouped", "depthwise strided"])
+def test_repeated_calls_run_the_stored_plan_with_new_tensors(case):
+    """The second call of each direction with the same metadata takes the plan of the first
+    (tiledispatch._conv_plans): new tensors (new addresses, new values), right answers."""
+    from tiledispatch import _conv_plans
+    _conv_plans.clear()
+    xs, ws, s, p, d, g = case
+    for seed in (0, 10):
+        x = rand(*xs, seed=seed, requires_grad=True)
+        w = rand(*ws, seed=seed + 1, requires_grad=True)
+        x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        y_ref = F.conv2d(x64, w64, stride=s, padding=p, dilation=d, groups=g)
+        dy = rand(*y_ref.shape, seed=seed + 2)
+        y_ref.backward(dy.double())
+        y = ops.conv(x, w, s, p, d, g)
+        y.backward(dy)
+        assert_close(y, y_ref, torch.bfloat16)
+        assert_close(x.grad, x64.grad, torch.bfloat16)
+        assert_close(w.grad, w64.grad, torch.bfloat16)
+        assert len(_conv_plans._PLANS) == 3  # fwd, bwd_data, bwd_weight: stored once, then reused
+
+
 def test_ops_opcheck_on_cuda():
     xs, ws, s, p, d, g = CASES[0]
     x, w = rand(*xs, requires_grad=True), rand(*ws, seed=1, requires_grad=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _autotune, _torch_cuda, api
+from . import _autotune, _conv_plans, _torch_cuda, api
 from ._registry import registry
 from ._torch_views import (DTYPES, channels_first, channels_last, dense_channels_last, empty_channels_last, out_dtype,
                            to_numpy)
@@ -222,9 +222,10 @@ def _problem(direction, x_shape, w_shape, stride, padding, dilation, groups, dty
                        tuple(dilation), direction, DTYPES[dtype])
 
 
-def _run(problem, x, w, y):
+def _run(problem, x, w, y, plan_key=None):
     """Runs a problem on channels-first tensors; the written one is new, the others are read
-    through their channels-last views."""
+    through their channels-last views. With plan_key (CUDA tensors), a run of the library's
+    pick stores its plan there for the calls with the same metadata (_conv_plans)."""
     tensors = [dense_channels_last(t) if t is not None else None for t in (x, w, y)]
     written = next(i for i, t in enumerate(tensors) if t is None)
     shape = (problem.input_shape, problem.weight_shape, problem.output_shape)[written]
@@ -234,7 +235,10 @@ def _run(problem, x, w, y):
     tensors[written] = result
     if device.type == "cuda":
         d = api.dispatcher("conv", api._device_target("conv"))
-        _torch_cuda.run(d, problem, *tensors, kernel=_autotune.kernel_for(d, problem, tensors))
+        kernel = _autotune.kernel_for(d, problem, tensors)
+        _torch_cuda.run(d, problem, *tensors, kernel=kernel)
+        if plan_key is not None and kernel is None:
+            _conv_plans.store(plan_key, _conv_plans.Plan(problem.to_c(), d.lib, written, result.shape, dtype))
     else:
         d = api.dispatcher("conv", host_target("conv"))
         arrays = [to_numpy(t) for t in tensors]
@@ -245,9 +249,13 @@ def _run(problem, x, w, y):
 # ---- conv: the ops --------------------------------------------------------------------------
 
 def _conv(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups: int) -> torch.Tensor:
+    k = _conv_plans.key("fwd", x, w, (tuple(stride), tuple(padding), tuple(dilation), groups))
+    plan = _conv_plans.lookup(k)
+    if plan is not None:
+        return _conv_plans.execute(plan, x, w)
     _fwd_shape(x, w, stride, padding, dilation, groups)
     problem = _problem(Direction.FWD, x.shape, w.shape, stride, padding, dilation, groups, x.dtype)
-    return _run(problem, x, w, None)
+    return _run(problem, x, w, None, k)
 
 
 def _conv_fake(x, w, stride, padding, dilation, groups):
@@ -256,9 +264,13 @@ def _conv_fake(x, w, stride, padding, dilation, groups):
 
 def _conv_bwd_data(dy: torch.Tensor, w: torch.Tensor, input_size, stride, padding, dilation,
                   groups: int) -> torch.Tensor:
+    k = _conv_plans.key("bwd_data", dy, w, (tuple(input_size), tuple(stride), tuple(padding), tuple(dilation), groups))
+    plan = _conv_plans.lookup(k)
+    if plan is not None:
+        return _conv_plans.execute(plan, w, dy)
     shape = _bwd_data_shape(dy, w, input_size, stride, padding, dilation, groups)
     problem = _problem(Direction.BWD_DATA, shape, w.shape, stride, padding, dilation, groups, dy.dtype)
-    return _run(problem, None, w, dy)
+    return _run(problem, None, w, dy, k)
 
 
 def _conv_bwd_data_fake(dy, w, input_size, stride, padding, dilation, groups):
@@ -268,9 +280,14 @@ def _conv_bwd_data_fake(dy, w, input_size, stride, padding, dilation, groups):
 
 def _conv_bwd_weight(x: torch.Tensor, dy: torch.Tensor, filter_size, stride, padding, dilation,
                     groups: int) -> torch.Tensor:
+    k = _conv_plans.key("bwd_weight", x, dy, (tuple(filter_size), tuple(stride), tuple(padding), tuple(dilation),
+                                              groups))
+    plan = _conv_plans.lookup(k)
+    if plan is not None:
+        return _conv_plans.execute(plan, x, dy)
     shape = _bwd_weight_shape(x, dy, filter_size, stride, padding, dilation, groups)
     problem = _problem(Direction.BWD_WEIGHT, x.shape, shape, stride, padding, dilation, groups, x.dtype)
-    return _run(problem, x, None, dy)
+    return _run(problem, x, None, dy, k)
 
 
 def _conv_bwd_weight_fake(x, dy, filter_size, stride, padding, dilation, groups):
