@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 
 from . import _ffi
+from .errors import InvalidArgumentError
 
 # the array arguments of td.gemm, in the order of the key
 ARRAYS = ("a", "b", "out", "c", "bias", "aux", "row_scale", "col_scale", "scale_a", "scale_b")
@@ -125,7 +126,6 @@ def _overlap(plan: Plan, ptrs: dict, written: str, others) -> str | None:
 
 def execute(plan: Plan, arrays: dict):
     """Runs a stored plan on this call's tensors; returns what td.gemm returns."""
-    from .errors import InvalidArgumentError
     a = arrays["a"]
     ptrs = {n: arrays[n].data_ptr() for n in plan.extents}
     out, aux = arrays["out"], arrays["aux"]

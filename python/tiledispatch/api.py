@@ -3,19 +3,17 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
 import math
 import os
 
 import numpy as np
 
 from . import _autotune, _ffi, gemm_ex, selection
-from ._registry import registry
 from .arrays import (_TORCH_DTYPES, DeviceArray, dtype_of, is_device_array, is_torch, matrix_order, numpy_dtype,
                      torch_dtype)
 from .arrays import ld_in_order as _ld_in_order
 from .codegen import Direction, Layout
-from .dispatcher import Dispatcher
+from .dispatcher import cached_dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
 from .problems import INT32_MAX, ConvProblem, GemmProblem, _alpha, _integer, _spatial
 
@@ -32,10 +30,7 @@ class _TorchOut(dict):
 _TORCH_OUT = _TorchOut()
 
 
-@functools.lru_cache(maxsize=None)
-def dispatcher(op: str, target: str | None = None) -> Dispatcher:
-    """A cached Dispatcher per (op, target); target None = the default for this machine."""
-    return Dispatcher(op, target or registry().default_target(op))
+dispatcher = cached_dispatcher  # a Dispatcher per (op, target), made once
 
 
 def _as_order(matrix: np.ndarray, order: str) -> tuple[np.ndarray, int]:
@@ -213,12 +208,7 @@ def _ndim(x) -> int:
     return 2 if ndim is None else ndim
 
 
-def _device_target(op: str = "gemm") -> str:
-    target = registry().default_target(op)
-    if target == "cpu":
-        raise UnsupportedProblemError(f"the arrays are on a GPU, but this installation has no {op} "
-                                      "library for it (rebuild with -Dgpu_targets=cpu,sm_90a)")
-    return target
+_device_target = selection.device_target
 
 
 def _torch_ops():

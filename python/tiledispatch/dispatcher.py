@@ -257,3 +257,15 @@ class Dispatcher:
         fn = (self.lib.dispatcher_export_registry_json if self.op == "gemm"
               else self.lib.conv_dispatcher_export_registry_json)
         return fn().decode()
+
+
+_CACHED: dict = {}
+
+
+def cached_dispatcher(op: str, target: str | None = None) -> "Dispatcher":
+    """A Dispatcher per (op, target), made once; target None: this machine's default for op."""
+    key = (op, target)
+    d = _CACHED.get(key)
+    if d is None:
+        d = _CACHED[key] = Dispatcher(op, target or registry().default_target(op))
+    return d

@@ -15,9 +15,11 @@ import ctypes
 import numpy as np
 
 from . import _ffi, _gemm_plans, selection
+from .grouped_device import _offsets
+from .grouped_device import grouped_gemm as grouped_gemm_device
 from .arrays import DeviceArray, dtype_of, is_device_array, ld_in_order, numpy_dtype, pointer, torch_dtype
 from .codegen import Activation, Bias, DType, Layout, OutDType
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, cached_dispatcher
 from .errors import InvalidArgumentError, UnsupportedProblemError
 from .problems import GemmProblem, _alpha
 
@@ -25,14 +27,9 @@ SCALE_BLOCK = 128  # block-wise scales: 1 x 128 blocks of A, 128 x 128 blocks of
 OUT_TYPES = (DType.FP32, DType.FP16, DType.BF16)
 
 
-_DISPATCHERS: dict = {}
-
-
 def _dispatcher(target) -> Dispatcher:
     """The gemm Dispatcher of a target (None: this machine's default), made once."""
-    if target not in _DISPATCHERS:
-        _DISPATCHERS[target] = Dispatcher("gemm", target)
-    return _DISPATCHERS[target]
+    return cached_dispatcher("gemm", target)
 
 
 def _out_type(out_dtype, dtype: DType) -> tuple[OutDType, DType]:
@@ -487,8 +484,7 @@ def _gemm_device(a, b, *, layout, out, kernel, alpha, target, c, beta, bias, bia
                           activation=act, aux=want_aux, row_scale=rows is not None, col_scale=cols is not None,
                           block_scale=block is not None, out_dtype=out_code)
     if target is None:
-        from .api import _device_target
-        target = _device_target()
+        target = selection.device_target()
     d = _dispatcher(target)
     if d.on_host:
         raise InvalidArgumentError(f"the arrays are CUDA arrays but target {d.target} runs on the host")
@@ -535,25 +531,6 @@ def _order(x: np.ndarray):
 # ---- grouped GEMM ------------------------------------------------------------------------------------
 
 
-def _offsets(offsets, groups: int, rows: int) -> np.ndarray:
-    """Cumulative row ends, checked: integers, one per group, non-decreasing, within [0, rows]."""
-    x = np.asarray(offsets)
-    if x.ndim != 1 or x.dtype.kind not in "iu":
-        raise InvalidArgumentError(f"offsets must be a 1-D integer array, got {x.dtype} of shape {x.shape}")
-    if x.shape[0] != groups:
-        raise InvalidArgumentError(f"offsets has {x.shape[0]} values, b has {groups} groups")
-    x = x.astype(np.int64)
-    if groups and x[0] < 0:
-        raise InvalidArgumentError(f"offsets must not be negative (offsets[0] = {x[0]})")
-    bad = np.nonzero(np.diff(x) < 0)[0]
-    if bad.size:
-        i = int(bad[0]) + 1
-        raise InvalidArgumentError(f"offsets must be non-decreasing (offsets[{i}] = {x[i]} < offsets[{i - 1}] = {x[i - 1]})")
-    if groups and x[-1] > rows:
-        raise InvalidArgumentError(f"offsets[-1] = {x[-1]} is beyond the {rows} rows of a")
-    return x
-
-
 def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activation=None, out_dtype=None,
                  scale_a=None, scale_b=None, kernel=None, target=None):
     """Grouped GEMM (mixture of experts), one C call for every group (td_gemm_grouped_run).
@@ -580,7 +557,6 @@ def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activati
     listed = isinstance(a, (list, tuple))
     if (listed and any(is_device_array(x) for x in list(a) + list(b if isinstance(b, (list, tuple)) else [b]))) or \
             (not listed and any(is_device_array(x) for x in (a, b, out))):
-        from .grouped_device import grouped_gemm as grouped_gemm_device
         return grouped_gemm_device(a, b, offsets, out=out, alpha=alpha, bias=bias, activation=activation,
                                    out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, kernel=kernel, target=target)
     if listed != isinstance(b, (list, tuple)):

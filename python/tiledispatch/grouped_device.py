@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _ffi, selection
 from .arrays import DeviceArray, is_device_array, is_torch
+from .dispatcher import cached_dispatcher
 from .codegen import Layout
 from .errors import InvalidArgumentError, UnsupportedProblemError
 from .problems import GemmProblem, _alpha
@@ -137,7 +138,6 @@ class _Call:
             raise InvalidArgumentError(f"inner dimensions differ: a is {da.shape}, b is {db.shape}")
         if da.dtype is not db.dtype:
             raise TypeError(f"A and B must share an element type, got {da.dtype.key} and {db.dtype.key}")
-        from .gemm_ex import _offsets
         groups, (rows, K), N = db.shape[0], da.shape, db.shape[2]
         ends = _offsets(_host_offsets(offsets), groups, rows)
         if groups == 0:
@@ -204,9 +204,7 @@ class _Call:
 
 
 def _dispatcher(target):
-    from .api import _device_target
-    from .gemm_ex import _dispatcher as gemm_dispatcher
-    return gemm_dispatcher(target or _device_target())
+    return cached_dispatcher("gemm", target or selection.device_target())
 
 
 def grouped_gemm(a, b, offsets=None, *, out=None, alpha=1.0, bias=None, activation=None, out_dtype=None,
@@ -246,3 +244,22 @@ def grouped_gemm_select(a, b, offsets=None, *, out=None, target=None) -> str:
     d.lib.check(d.lib.td_gemm_grouped_select(ctypes.byref(call.problem.to_c()), call.table(), call.groups, buf,
                                              _ffi.NAME_BUFFER))
     return buf.value.decode()
+
+
+def _offsets(offsets, groups: int, rows: int) -> np.ndarray:
+    """Cumulative row ends, checked: integers, one per group, non-decreasing, within [0, rows]."""
+    x = np.asarray(offsets)
+    if x.ndim != 1 or x.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"offsets must be a 1-D integer array, got {x.dtype} of shape {x.shape}")
+    if x.shape[0] != groups:
+        raise InvalidArgumentError(f"offsets has {x.shape[0]} values, b has {groups} groups")
+    x = x.astype(np.int64)
+    if groups and x[0] < 0:
+        raise InvalidArgumentError(f"offsets must not be negative (offsets[0] = {x[0]})")
+    bad = np.nonzero(np.diff(x) < 0)[0]
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise InvalidArgumentError(f"offsets must be non-decreasing (offsets[{i}] = {x[i]} < offsets[{i - 1}] = {x[i - 1]})")
+    if groups and x[-1] > rows:
+        raise InvalidArgumentError(f"offsets[-1] = {x[-1]} is beyond the {rows} rows of a")
+    return x

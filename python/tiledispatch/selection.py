@@ -131,3 +131,13 @@ def problem_from(spec: dict):
     return ConvProblem(spec["N"], spec["G"], spec["C"], spec["K"], tuple(spec["input"]), tuple(spec["filter"]),
                        spec.get("stride", 1), spec.get("pad", 0), spec.get("dilation", 1),
                        spec.get("direction", "fwd"), spec.get("dtype", "fp32"))
+
+
+def device_target(op: str = "gemm") -> str:
+    """The GPU target that runs CUDA arrays of an op: this installation's default target, which
+    must not be the cpu one."""
+    target = _registry.registry().default_target(op)
+    if target == "cpu":
+        raise UnsupportedProblemError(f"the arrays are on a GPU, but this installation has no {op} "
+                                      "library for it (rebuild with -Dgpu_targets=cpu,sm_90a)")
+    return target
