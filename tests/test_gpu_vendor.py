@@ -159,20 +159,21 @@ def test_selection_takes_cudnn_where_ours_measured_behind_and_ours_elsewhere():
 
 
 @pytest.mark.skipif(not CUBLASLT, reason="no cublaslt kernels in this installation")
-def test_selection_takes_cublaslt_for_17_to_256_tokens():
+def test_the_cost_model_takes_cublaslt_for_17_to_256_tokens():
     """The cublaslt family's cost entry (bindings/cost/cublaslt.cpp) by the problem's short
     side: the vendor where our pick measured behind it (17 to 256 rows, and fp8 decode),
-    our skinny kernel for bf16 decode where it is built."""
+    our skinny kernel for bf16 decode where it is built. The cost model's pick (model_select):
+    a tuning table that measured a shape decides it instead."""
     d = td.Dispatcher("gemm", GPU)
     for m in (32, 64, 128, 256):
-        assert d.select(td.GemmProblem(m, 4096, 4096, "bf16", "rcr")) == "gemm_bf16_rcr_standard_1x1x1_cublaslt_sm90a"
-        assert d.select(td.GemmProblem(4096, m, 4096, "bf16", "rcr")) == "gemm_bf16_rcr_standard_1x1x1_cublaslt_sm90a"
+        assert d.model_select(td.GemmProblem(m, 4096, 4096, "bf16", "rcr")) == "gemm_bf16_rcr_standard_1x1x1_cublaslt_sm90a"
+        assert d.model_select(td.GemmProblem(4096, m, 4096, "bf16", "rcr")) == "gemm_bf16_rcr_standard_1x1x1_cublaslt_sm90a"
     names = {k.name for k in td.registry().kernels("gemm", GPU)}
     if "gemm_fp8e4m3_rcr_standard_1x1x1_cublaslt_sm90a" in names:
-        assert d.select(td.GemmProblem(16, 4096, 4096, "fp8_e4m3", "rcr")) == \
+        assert d.model_select(td.GemmProblem(16, 4096, 4096, "fp8_e4m3", "rcr")) == \
             "gemm_fp8e4m3_rcr_standard_1x1x1_cublaslt_sm90a"
     if any(n.startswith("gemm_bf16_rcr_") and n.endswith("_skinny_sm90a") for n in names):
-        assert d.select(td.GemmProblem(8, 4096, 4096, "bf16", "rcr")).endswith("_skinny_sm90a")
+        assert d.model_select(td.GemmProblem(8, 4096, 4096, "bf16", "rcr")).endswith("_skinny_sm90a")
 
 
 # ---- the cublaslt family's GEMM features (run_ex: bindings/cuda/gemm_cublaslt.cuh) ----------
