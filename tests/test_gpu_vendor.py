@@ -156,6 +156,15 @@ def test_selection_takes_cudnn_where_ours_measured_behind_and_ours_elsewhere():
     if any(k.name.endswith("_dw_sm90a") for k in td.registry().kernels("conv", GPU)):
         depthwise = td.ConvProblem(32, 96, 1, 1, (56, 56), (3, 3), 1, 1, 1, "fwd", "bf16")
         assert d.select(depthwise).endswith("_dw_sm90a")
+    if any("_gmma_" in k.name for k in td.registry().kernels("conv", GPU)):
+        # RegNet's groups of 24 and 48 channels: grouped_mma in every direction, strided too;
+        # 64 channels a group stays on cuDNN
+        for C, stride in ((24, 1), (24, 2), (48, 2)):
+            for direction in ("fwd", "bwd_data", "bwd_weight"):
+                grouped = td.ConvProblem(32, 14, C, C, (28, 28), (3, 3), stride, 1, 1, direction, "bf16")
+                assert "_gmma_" in d.select(grouped), (C, stride, direction)
+        wide = td.ConvProblem(32, 4, 64, 64, (56, 56), (3, 3), 1, 1, 1, "fwd", "bf16")
+        assert d.select(wide) == "conv_fwd_nhwgc_bf16_1x1x1_cudnn_sm90a"
 
 
 @pytest.mark.skipif(not CUBLASLT, reason="no cublaslt kernels in this installation")

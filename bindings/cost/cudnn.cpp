@@ -6,9 +6,14 @@
 //        mma.sync (0.5) and direct (1.0) ones, on the classes where ours measured ahead on
 //        the H200: depthwise and 2-16 channels per group, stride 1, no dilation, fwd and
 //        bwd_data, and depthwise bwd_weight at stride 1;
+//   0.5  behind the grouped_mma family ([0.45, 0.5)) on groups of 17 to 48 channels (C = K),
+//        every direction and stride: RegNet's and ResNeXt's grouped layers, where it measured
+//        1.1-5.5x cuDNN on the H200 (every one of 16 sampled layer-directions of the zoo,
+//        24 and 48 channels a group, stride 1 and 2, batch 32 and 1);
 //   0.0  ahead of every family of ours elsewhere: dense layers (ours 0.31x cuDNN over the
-//        dense layers of six timm models), groups of more than 16 channels, strided or
-//        dilated depthwise and grouped layers (0.4-0.57x), the other bwd_weight problems.
+//        dense layers of six timm models), groups of more than 48 channels (G 4 x 64, 56 x 56:
+//        cuDNN 42 us, grouped_mma 181), strided or dilated depthwise and small-group layers
+//        (0.4-0.57x), the other bwd_weight problems.
 #include "cost/models.hpp"
 
 namespace td {
@@ -18,6 +23,7 @@ double cudnn_conv_cost(const KernelInfo&, const TdConvProblem& p, const ConvGeom
     for (int d = 0; d < 3; ++d) unit = unit && g.stride[d] == 1 && g.dil[d] == 1;
     const bool depthwise = g.C == 1 && g.K == 1;
     const bool small_groups = g.G > 1 && g.C <= 16 && g.K <= 16 && g.C == g.K;
+    if (g.G > 1 && g.C == g.K && g.C > 16 && g.C <= 48) return 0.5;
     if (!unit || g.G == 1 || !(depthwise || small_groups)) return 0.0;
     if (p.base.direction == TD_CONV_BWD_WEIGHT) return depthwise ? 0.45 : 0.0;
     return 0.45;
