@@ -15,15 +15,11 @@ import ctypes
 import torch
 
 from . import _autotune, _picklog
+from ._plan_cache import PlanCache, torch_raw_stream
 from ._torch_views import channels_first, dense_channels_last
 
-_PLANS: dict = {}
-_LIMIT = 4096
+_PLANS = PlanCache()
 
-
-def _raw_stream():
-    return getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-        lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 def key(direction: str, a: torch.Tensor, b: torch.Tensor, params: tuple):
@@ -50,23 +46,10 @@ class Plan:
         self.ref = ctypes.byref(problem_struct)
         self.run, self.check = lib.td_conv_run, lib.check
         self.written, self.shape, self.dtype = written, tuple(shape), dtype
-        self.raw_stream = _raw_stream()
+        self.raw_stream = torch_raw_stream()
 
 
-def store(k, plan: Plan) -> None:
-    if k is None:
-        return
-    if len(_PLANS) >= _LIMIT:
-        _PLANS.clear()
-    _PLANS[k] = plan
-
-
-def lookup(k):
-    return None if k is None else _PLANS.get(k)
-
-
-def clear() -> None:
-    _PLANS.clear()
+store, lookup, clear = _PLANS.store, _PLANS.lookup, _PLANS.clear
 
 
 def execute(plan: Plan, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

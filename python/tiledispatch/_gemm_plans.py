@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 
 from . import _ffi
+from ._plan_cache import PlanCache, torch_raw_stream
 from .errors import InvalidArgumentError
 
 # the array arguments of td.gemm, in the order of the key
@@ -19,8 +20,7 @@ ARRAYS = ("a", "b", "out", "c", "bias", "aux", "row_scale", "col_scale", "scale_
 # the epilogue operands of TdGemmEpilogue that name a caller's array (aux is an output)
 EPILOGUE = ("c", "bias", "aux", "row_scale", "col_scale", "scale_a", "scale_b")
 
-_PLANS: dict = {}
-_LIMIT = 4096
+_PLANS = PlanCache()
 _TENSOR: list = [None]
 
 
@@ -31,11 +31,7 @@ def _tensor_type():
     return _TENSOR[0]
 
 
-def raw_stream():
-    """torch's current raw stream of a device index (torch._C's, else through torch.cuda)."""
-    import torch
-    return getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-        lambda index: torch.cuda.current_stream(index).cuda_stream)
+raw_stream = torch_raw_stream
 
 
 def key(arrays: dict, scalars: tuple):
@@ -96,20 +92,7 @@ class Plan:
         self.epilogue = [n for n in EPILOGUE if isinstance(arrays[n], tensor)]
 
 
-def store(k, plan: Plan) -> None:
-    if k is None:
-        return
-    if len(_PLANS) >= _LIMIT:
-        _PLANS.clear()
-    _PLANS[k] = plan
-
-
-def lookup(k):
-    return None if k is None else _PLANS.get(k)
-
-
-def clear() -> None:
-    _PLANS.clear()
+store, lookup, clear = _PLANS.store, _PLANS.lookup, _PLANS.clear
 
 
 def _overlap(plan: Plan, ptrs: dict, written: str, others) -> str | None:
