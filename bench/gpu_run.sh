@@ -20,6 +20,9 @@
 #   KERNEL_FILTER='gemm_*' bash bench/gpu_run.sh build select
 #       tuning table from the installed bf16 kernels on training shapes, scored on held-out
 #       shapes (bench/selection.py), then bench/gemm.py bf16 with that table
+#   Builds carried between calls (each call starts on a bare machine): bench/gpu_kernels.sh
+#       builds with meson into a folder and packs its libraries into $OUT; a later call unpacks
+#       them (several builds merged) and runs from the source tree with TILEDISPATCH_KERNELS_DIR.
 set -uo pipefail
 OUT=${OUT:-/tmp/td-out}
 mkdir -p "$OUT"
