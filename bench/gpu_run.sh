@@ -73,9 +73,11 @@ if [[ "$what" == *" epilogue "* ]]; then  # opt-in: bench/gemm_epilogue.py (fuse
   python3 "$OLDPWD/bench/gemm_epilogue.py" --json "$OUT/gemm_epilogue.json" 2>&1 | tee "$OUT/gemm_epilogue.log" | tail -12
 fi
 if want sanitize; then
-  for tool in memcheck racecheck; do
-    step "compute-sanitizer $tool: one kernel of every GEMM and conv family (bench/sanitize_sample.py)"
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 "$OLDPWD/bench/sanitize_sample.py" \
+  # racecheck looks for shared-memory hazards: our own kernels (the vendor families' are NVIDIA's)
+  for tool_which in memcheck:all racecheck:ours; do
+    tool=${tool_which%%:*}
+    step "compute-sanitizer $tool: one kernel of every GEMM and conv family, ${tool_which#*:} (bench/sanitize_sample.py)"
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 "$OLDPWD/bench/sanitize_sample.py" "${tool_which#*:}" \
       > "$OUT/$tool.log" 2>&1
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$tool.log" | tail -4
   done

@@ -1,8 +1,15 @@
-"""One GPU kernel of every family (GEMM: algorithm, variant, schedule, padding, element size;
-conv: family, direction, rank, element size) on small problems, each checked against float64,
-for `compute-sanitizer --tool memcheck` and `--tool racecheck` (bench/gpu_run.sh sanitize)."""
+"""One GPU kernel of every family (GEMM: algorithm, variant, schedule, padding, element size,
+fused epilogue; grouped GEMM; conv: family, direction, rank, element size) on small problems,
+each checked against float64, for `compute-sanitizer --tool memcheck` and `--tool racecheck`
+(bench/gpu_run.sh sanitize).
+
+    python3 bench/sanitize_sample.py [ours|vendor|all]
+
+`ours` leaves out the vendor families (cuDNN, cuBLASLt: their kernels are NVIDIA's, our code
+around them is host code), `vendor` runs only those; the default runs every family."""
 import dataclasses
 import math
+import sys
 
 import numpy as np
 
@@ -11,12 +18,28 @@ from tiledispatch import reference
 from tiledispatch.arrays import random
 from tiledispatch.codegen import Direction
 from tiledispatch.codegen.families.cutlass import fp8_tile_slices
+from tiledispatch.codegen.families.vendor import Vendor
 from tiledispatch.codegen.model import GemmVariant
+
+WHICH = sys.argv[1] if len(sys.argv) > 1 else "all"
+if WHICH not in ("ours", "vendor", "all"):
+    sys.exit(f"usage: sanitize_sample.py [ours|vendor|all], got {WHICH!r}")
+
+
+def wanted(k) -> bool:
+    return WHICH == "all" or (WHICH == "vendor") == isinstance(k.knobs, Vendor)
+
 
 d = td.Dispatcher("gemm")
 rng = np.random.default_rng(1)
 sample = {}
+fused = {}
 for k in d.kernels:
+    if not wanted(k):
+        continue
+    if k.knobs.algorithm == "cutlass" and k.knobs.fusion != "none":  # a visitor tree: the torch sample below
+        fused.setdefault((k.knobs.fusion, k.knobs.aux, k.knobs.out, k.dtype.nbytes), k)
+        continue
     if k.knobs.algorithm == "cutlass_blockwise":
         continue  # block-wise scales only, on device pointers: the sample below
     if k.variant is GemmVariant.GROUPED:  # grouped calls only, on device arrays (tests/test_gpu_grouped_gemm.py)
@@ -46,13 +69,21 @@ for k in sample.values():
         assert ok
 
 # ---- fp8 with block-wise scales (cutlass_blockwise): device operands, so through torch where it is installed ----
-blockwise = [k for k in d.kernels if k.knobs.algorithm == "cutlass_blockwise"]
-if blockwise:
+blockwise = [k for k in d.kernels if k.knobs.algorithm == "cutlass_blockwise" and wanted(k)]
+grouped = {}
+for k in d.kernels:
+    if k.variant is GemmVariant.GROUPED and wanted(k):
+        grouped.setdefault((k.knobs.algorithm, k.knobs.schedule, k.dtype.nbytes), k)
+torch = None
+if blockwise or fused or grouped:
     try:
         import torch
+        if not torch.cuda.is_available():
+            raise ImportError("no CUDA device")
     except ImportError:
         torch = None
-        print("cutlass_blockwise: not sampled (torch is needed for its device operands)", flush=True)
+        print("cutlass_blockwise, fused epilogues, grouped: not sampled (torch with a CUDA device "
+              "is needed for their device operands)", flush=True)
     for k in blockwise if torch else ():
         M, N, K = 201, 136, 1040  # partial tiles, a partial last scale block along K and N
         fp8 = torch.float8_e4m3fn if k.dtype.key == "fp8_e4m3" else torch.float8_e5m2
@@ -70,6 +101,62 @@ if blockwise:
                                (a64.abs() @ b64.abs()).cpu().numpy(), k.dtype, K)["ok"]
         print(f"{k.name} {M}x{N}x{K}: {'ok' if ok else 'MISMATCH'}", flush=True)
         assert ok
+
+# ---- fused epilogues (visitor trees): beta C, bias, the kernel's activation, aux, output type ----
+TORCH_TYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn"}
+
+
+def device_rand(shape, key, low=-1.0, high=1.0):
+    return (torch.rand(*shape, device="cuda") * (high - low) + low).to(getattr(torch, TORCH_TYPES[key]))
+
+
+def host64(t):
+    return None if t is None else t.double().cpu().numpy()
+
+
+def close(actual, ref, mag, out_key, k, slack=0.0) -> bool:
+    """compare_out's bound, plus `slack` x magnitude: CUTLASS's activation functors use the
+    GPU's fast tanh / exp (tests/test_gpu_gemm_features.py's ACT_SLACK)."""
+    tol = (reference.tolerance_out(out_key, k) + slack) * mag + reference.UNDERFLOW[out_key] + reference.FLOOR
+    return bool((np.abs(actual - ref) <= tol).all())
+
+
+for k in fused.values() if torch else ():
+    M, N, K = 67, 40, 96
+    out_key = k.knobs.out or k.dtype.out.key
+    activation = None if k.knobs.fusion == "epilogue" else k.knobs.fusion
+    a = device_rand((M, K), k.dtype.key)
+    b = device_rand((N, K), k.dtype.key).t()
+    c, bias = device_rand((M, N), out_key), device_rand((N,), out_key)
+    result = td.gemm(a, b, c=c, beta=0.5, bias=bias, activation=activation, return_aux=k.knobs.aux,
+                     out_dtype=k.knobs.out or None, kernel=k.name)
+    got = result[0] if k.knobs.aux else result
+    torch.cuda.synchronize()
+    pre, ref, mag = reference.gemm_epilogue(host64(a), host64(b), beta=0.5, c=host64(c), bias=host64(bias),
+                                            activation=activation or "none")
+    ok = close(host64(got), ref, mag, out_key, K, 2e-3 if activation else 0.0)
+    if k.knobs.aux:
+        ok = ok and close(host64(result[1]), pre, mag, out_key, K)
+    print(f"{k.name} {M}x{N}x{K} beta C + bias + {activation or 'no activation'}: {'ok' if ok else 'MISMATCH'}",
+          flush=True)
+    assert ok
+
+# ---- grouped GEMM (pointer array): an empty group, partial tiles, one launch ----
+for k in grouped.values() if torch else ():
+    counts, K, N = (37, 0, 130, 5), 64, 72
+    a = device_rand((sum(counts), K), k.dtype.key)
+    b = device_rand((len(counts), N, K), k.dtype.key).transpose(1, 2)
+    offsets = torch.tensor(np.cumsum(counts), dtype=torch.int32, device="cuda")
+    got = td.grouped_gemm(a, b, offsets, kernel=k.name)
+    torch.cuda.synchronize()
+    ok, start = True, 0
+    for g, end in enumerate(np.cumsum(counts)):
+        if end > start:
+            ref, mag = reference.gemm(host64(a[start:end]), host64(b[g]))
+            ok = ok and reference.compare(host64(got[start:end]), ref, mag, k.dtype, K)["ok"]
+        start = end
+    print(f"{k.name} groups {counts} x {N}x{K}: {'ok' if ok else 'MISMATCH'}", flush=True)
+    assert ok
 
 # ---- convolution: one kernel of every (family, direction, rank) on a small problem it takes ----
 cd = td.Dispatcher("conv")
@@ -92,6 +179,8 @@ def conv_candidates(ndim: int):
 
 conv_sample = {}
 for k in cd.kernels:
+    if not wanted(k):
+        continue
     conv_sample.setdefault((k.family, k.direction, k.ndim, k.dtype.nbytes), k)
 for k in conv_sample.values():
     problem = None
@@ -124,4 +213,5 @@ for k in conv_sample.values():
     print(f"{k.name} {problem.direction.key} G{problem.G} C{problem.C} K{problem.K} s{problem.stride[0]}: "
           f"{'ok' if ok else 'MISMATCH'}", flush=True)
     assert ok
-print(f"sanitizer sample: {len(sample)} gemm kernels, {len(conv_sample)} conv kernels", flush=True)
+print(f"sanitizer sample ({WHICH}): {len(sample)} gemm, {len(fused)} fused-epilogue, {len(grouped)} grouped, "
+      f"{len(blockwise)} block-scaled gemm kernels, {len(conv_sample)} conv kernels", flush=True)

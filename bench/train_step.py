@@ -10,13 +10,13 @@
 
 Per model, mode (eager, or torch.compile of the model) and variant (torch's layers, or the
 model after patch(), which swaps its grouped and depthwise convolutions): bf16 autocast,
-channels-last, SGD with momentum. `--steps` steps from one seed (the same parameters, the
-same batches) give the loss curve; the patched curve must match torch's within --loss-rtol
-(exit code 1 otherwise). Then `--reps` timed steps (forward, backward, optimizer step,
-synchronized at both ends) give images/s; the ratio is patched over torch. --profile adds
-the share of CUDA time spent in convolutions (torch.profiler, over 3 steps): the device
-time of aten::convolution, aten::convolution_backward and the tiledispatch conv ops over
-the device time of all kernels.
+channels-last, SGD with momentum, cudnn.benchmark on (torch's own layers at their fastest).
+`--steps` steps from one seed (the same parameters, the same batches) give the loss curve;
+the patched curve must match torch's within --loss-rtol (exit code 1 otherwise). Then
+`--reps` timed steps (forward, backward, optimizer step, synchronized at both ends) give
+images/s; the ratio is patched over torch. --profile adds the share of CUDA time spent in
+convolutions (torch.profiler, over 3 steps): the device time of aten::convolution,
+aten::convolution_backward and the tiledispatch conv ops over the device time of all kernels.
 """
 from __future__ import annotations
 
@@ -145,6 +145,7 @@ def main(argv=None) -> int:
         args.models, args.batch, args.size, args.classes, args.steps, args.reps = "tiny", 4, 32, 10, 3, 2
         args.backend = "aot_eager"
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
+    torch.backends.cudnn.benchmark = True   # torch's layers at their fastest: cuDNN times its engines
     modes = [m for m in args.modes.split(",") if m]
     results, failed = [], []
     for name in [m for m in args.models.split(",") if m]:

@@ -309,8 +309,20 @@ inline cudnnStatus_t cudnn_execute(const CudnnApi& api, cudnnHandle_t h, const C
 
 constexpr int64_t kCudnnMaxWorkspace = int64_t(1) << 30;
 
+// Keeps the GPU busy for `cycles` clocks. Launched ahead of each timed run, so that the run
+// is enqueued while the GPU spins and its events time the GPU alone: on a small layer the
+// host's cudnnBackendExecute takes as long as the kernel, and timing it would rank the
+// engines by their host overhead.
+template <int Unused>
+__global__ void cudnn_spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+constexpr long long kCudnnSpinCycles = 100000;  // about 50 us at 2 GHz
+
 // The fastest of the candidates on the caller's tensors (each run once to warm up, then
-// timed five times, the median kept); -1 where none runs.
+// timed five times behind a spin, the median kept); -1 where none runs.
 inline long cudnn_fastest(const CudnnApi& api, cudnnHandle_t h, const std::vector<CudnnPlan>& plans,
                           cudaStream_t stream, const void* x, const void* w, const void* y, void* workspace) {
     cudaEvent_t start = nullptr, stop = nullptr;
@@ -323,6 +335,7 @@ inline long cudnn_fastest(const CudnnApi& api, cudnnHandle_t h, const std::vecto
         float ms[5];
         bool ok = true;
         for (float& m : ms) {
+            cudnn_spin<0><<<1, 1, 0, stream>>>(kCudnnSpinCycles);
             cudaEventRecord(start, stream);
             ok = ok && cudnn_execute(api, h, plans[i], x, w, y, workspace) == CUDNN_STATUS_SUCCESS;
             cudaEventRecord(stop, stream);
