@@ -47,6 +47,9 @@ int check_problem(const TdGemmProblem* p) {
         return fail(TD_ERROR, "unknown activation code " + std::to_string(p->activation));
     if (p->out_dtype < 0 || p->out_dtype >= TD_OUT_DTYPE_COUNT)
         return fail(TD_ERROR, "unknown out_dtype code " + std::to_string(p->out_dtype));
+    if ((p->out_dtype == TD_OUT_FP8_E4M3 || p->out_dtype == TD_OUT_FP8_E5M2) && p->dtype != TD_FP8_E4M3 &&
+        p->dtype != TD_FP8_E5M2)
+        return fail(TD_ERROR, "an fp8 output (out_dtype fp8_e4m3 or fp8_e5m2) takes fp8 inputs");
     for (const auto& flag : {std::pair<const char*, int32_t>{"aux", p->aux}, {"row_scale", p->row_scale},
                              {"col_scale", p->col_scale}, {"block_scale", p->block_scale}})
         if (flag.second != 0 && flag.second != 1) return fail(TD_ERROR, std::string(flag.first) + " must be 0 or 1");

@@ -1627,7 +1627,8 @@ def fuzz_bug_bytes_as_sizes(case):
 
 # ---- the GEMM features: epilogue arguments, batches, fp8 scales, grouped GEMM -----------------
 
-OUT_KEYS = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(ml_dtypes.bfloat16): "bf16"}
+OUT_KEYS = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(ml_dtypes.bfloat16): "bf16",
+            np.dtype(ml_dtypes.float8_e4m3fn): "fp8_e4m3"}
 # an argument of the epilogue: a right one (by its role) or a hostile value
 FEATURE_VALUE = st.one_of(st.sampled_from(["good"] * 6 + ["wrong_length", "wrong_dtype", "2d", "empty", "scalar"]),
                           HOSTILE)
@@ -1677,7 +1678,9 @@ def fuzz_features(case):
     b_shape = (K, N) if batch is None or case["broadcast"] == "b" else (batch, K, N)
     a, b = values(a_shape, numpy_dtype(dtype), rng), values(b_shape, numpy_dtype(dtype), rng)
     out_dtype = case["out_dtype"]
-    out_key = out_dtype if out_dtype in ("fp32", "bf16", "fp16") else (
+    # fp8_e4m3 output is valid for fp8 inputs only (refused otherwise: the attempt checks the error)
+    fp8_out = out_dtype == "fp8_e4m3" and dtype is DType.FP8_E4M3
+    out_key = out_dtype if out_dtype in ("fp32", "bf16", "fp16") or fp8_out else (
         "fp32" if out_dtype is np.float32 else dtype.out.key)
     out_np = numpy_dtype(DType.parse(out_key))
     shape = (M, N) if batch is None else (batch, M, N)

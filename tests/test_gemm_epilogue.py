@@ -195,6 +195,69 @@ def test_cli_epilogue_validates():
     assert out["problem"]["epilogue"] == {"beta": 0.5, "bias": "n", "activation": "gelu", "aux": True}
 
 
+FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
+
+
+def fp8_round(x, out_key):
+    """x (float32) stored as the fp8 type with saturation, the ABI's rule: beyond the largest
+    finite value, that value with x's sign; round to nearest even inside (ml_dtypes)."""
+    x = np.asarray(x, np.float32)
+    return np.clip(x, -FP8_MAX[out_key], FP8_MAX[out_key]).astype(INPUTS[out_key])
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("out_key", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_output_of_fp8_inputs_matches_float64(rng, dtype, out_key):
+    """beta C, a bias and an activation in fp8 D, C and bias (D's type), aux too."""
+    cpu_or_skip()
+    M, N, K = 37, 29, 131
+    a, b = matrix(rng, (M, K), dtype), matrix(rng, (K, N), dtype)
+    c, bias = matrix(rng, (M, N), out_key), matrix(rng, (N,), out_key)
+    d, aux = td.gemm(a, b, alpha=0.5, c=c, beta=0.5, bias=bias, activation="gelu", out_dtype=out_key,
+                     return_aux=True, target="cpu")
+    assert d.dtype == INPUTS[out_key] and aux.dtype == INPUTS[out_key] and d.shape == (M, N)
+    pre, ref, mag = reference.gemm_epilogue(a, b, alpha=0.5, beta=0.5, c=c, bias=bias, activation="gelu")
+    assert np.abs(pre).max() < FP8_MAX["fp8_e4m3"]  # no saturation here: the next test has it
+    check(d, ref, mag, out_key, K)
+    check(aux, pre, mag, out_key, K)
+
+
+@pytest.mark.parametrize("out_key", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_output_rounds_to_nearest_even_and_saturates_bit_exactly(out_key):
+    """K = 1 and A = 1: D = fp8(alpha * b) in float32 arithmetic, compared bit for bit with
+    ml_dtypes' rounding of the clipped value, over every finite fp8 e4m3 value of b and
+    alphas that land between, on and beyond the output type's values."""
+    cpu_or_skip()
+    b_values = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
+    f32 = b_values.astype(np.float32)
+    # finite values; not -0 (the sum over k starts at +0, and +0 + -0 is +0)
+    b_values = b_values[np.isfinite(f32) & ~((f32 == 0) & np.signbit(f32))].reshape(1, -1)
+    a = np.ones((1, 1), ml_dtypes.float8_e4m3fn)
+    for alpha in (1.0, 1.0625, 0.96875, 3.0, 7.3, 200.0, 1e4, 1e30, -5.5):
+        d = td.gemm(a, b_values, alpha=alpha, out_dtype=out_key, target="cpu")
+        want = fp8_round(np.float32(alpha) * b_values.astype(np.float32), out_key)
+        assert d.dtype == INPUTS[out_key]
+        np.testing.assert_array_equal(d.view(np.uint8), want.view(np.uint8), err_msg=f"alpha {alpha}")
+    big = td.gemm(a, b_values, alpha=1e30, out_dtype=out_key, target="cpu").astype(np.float32)
+    assert set(np.abs(big[b_values.astype(np.float32) != 0]).tolist()) == {FP8_MAX[out_key]}
+
+
+def test_fp8_output_refused_for_other_inputs_and_by_kernels_without_it(rng):
+    cpu_or_skip()
+    a, b = matrix(rng, (8, 16), "bf16"), matrix(rng, (16, 12), "bf16")
+    with pytest.raises(td.InvalidArgumentError, match=r"for bf16 inputs \(fp8_e4m3 and fp8_e5m2 take fp8 inputs\)"):
+        td.gemm(a, b, out_dtype="fp8_e4m3", target="cpu")
+    a8, b8 = matrix(rng, (8, 16), "fp8_e4m3"), matrix(rng, (16, 12), "fp8_e4m3")
+    d = td.gemm(a8, b8, out_dtype=ml_dtypes.float8_e5m2, target="cpu")  # the numpy type works as the key
+    assert d.dtype == ml_dtypes.float8_e5m2
+    plain = [k.name for k in td.Dispatcher("gemm", "cpu").kernels
+             if k.dtype.key == "fp8_e4m3" and k.layout.key == "rrr" and getattr(k.knobs, "fusion", "none") != "generic"]
+    if not plain:
+        pytest.skip("this build has no plain fp8 e4m3 rrr cpu kernel (the default manifest has one)")
+    with pytest.raises(td.KernelRejectedError, match="this kernel implements no output dtype"):
+        td.gemm(a8, b8, out_dtype="fp8_e4m3", kernel=plain[0], target="cpu")
+
+
 def test_name_round_trip_of_generic_variants():
     name = "gemm_fp8e4m3_ccr_standard_48x64x128_r6x16_generic_cpu"
     config = config_from_name(name)
@@ -222,7 +285,8 @@ def test_bad_epilogue_arguments(rng):
         (dict(aux=np.zeros((8, 12), np.float16)), E, r"aux must be a \(8, 12\) float32"),
         (dict(row_scale=np.ones(7, np.float32)), E, r"row_scale has shape \(7,\); it needs 8 values"),
         (dict(col_scale=np.ones((2, 12), np.float32)), E, r"col_scale has shape \(2, 12\)"),
-        (dict(out_dtype="fp8_e4m3"), E, "out_dtype must be fp32, fp16 or bf16"),
+        (dict(out_dtype="fp8_e4m3"), E, r"out_dtype must be fp32, fp16 or bf16 \(or their numpy types\) for fp32 "
+                                        r"inputs \(fp8_e4m3 and fp8_e5m2 take fp8 inputs\), got 'fp8_e4m3'"),
         (dict(out_dtype=np.int32), E, "out_dtype must be fp32, fp16 or bf16"),
         (dict(out=np.zeros((8, 12), np.float16), bias=np.zeros(12, np.float32)), E, r"out must be a \(8, 12\) float32"),
         (dict(return_aux="yes"), E, "return_aux must be True or False"),
@@ -264,7 +328,8 @@ def test_c_abi_refuses_missing_epilogue_operands(rng):
 @pytest.mark.parametrize("field,value,message", [
     ("batch", -1, "batch must not be negative"), ("stride_a", -1, "batch strides must not be negative"),
     ("beta", float("nan"), "beta must be finite"), ("bias", 3, "unknown bias code 3"),
-    ("activation", 5, "unknown activation code 5"), ("out_dtype", 4, "unknown out_dtype code 4"),
+    ("activation", 5, "unknown activation code 5"), ("out_dtype", 6, "unknown out_dtype code 6"),
+    ("out_dtype", 4, "an fp8 output (out_dtype fp8_e4m3 or fp8_e5m2) takes fp8 inputs"),
     ("aux", 2, "aux must be 0 or 1"), ("row_scale", -1, "row_scale must be 0 or 1"),
     ("col_scale", 7, "col_scale must be 0 or 1"), ("block_scale", 2, "block_scale must be 0 or 1")])
 def test_c_abi_checks_the_new_fields(field, value, message):

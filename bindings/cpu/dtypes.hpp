@@ -80,6 +80,27 @@ struct Fp8Table {
 inline const float* fp8e4m3_table() { static const Fp8Table<4, 3, 7, false> t; return t.value; }
 inline const float* fp8e5m2_table() { static const Fp8Table<5, 2, 15, true> t; return t.value; }
 
+// fp8 encode: round to nearest, ties to even, with saturation (satfinite): a value beyond the
+// largest finite one (code max_code: 448 in e4m3fn, 57344 in e5m2) stores that one with the
+// value's sign, infinities included; NaN stores NaN (0x7f, the sign kept). The positive codes
+// 0..max_code of `table` increase, so a binary search finds the two neighbours.
+inline uint8_t float_to_fp8(const float* table, int max_code, float f) {
+    const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+    if (std::isnan(f)) return sign | 0x7f;
+    const float a = std::fabs(f);
+    if (a >= table[max_code]) return sign | (uint8_t)max_code;
+    int lo = 0, hi = max_code;  // table[lo] <= a < table[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        (table[mid] <= a ? lo : hi) = mid;
+    }
+    const float below = a - table[lo], above = table[hi] - a;  // exact: neighbours within 2x
+    const int code = below < above ? lo : above < below ? hi : (lo & 1 ? hi : lo);
+    return sign | (uint8_t)code;
+}
+inline uint8_t float_to_fp8e4m3(float f) { return float_to_fp8(fp8e4m3_table(), 0x7e, f); }
+inline uint8_t float_to_fp8e5m2(float f) { return float_to_fp8(fp8e5m2_table(), 0x7b, f); }
+
 // Element tags. `storage` is the in-memory type; `out` the tag a kernel writes for these inputs.
 struct bf16_t {
     using storage = uint16_t;
@@ -103,11 +124,13 @@ struct fp8e4m3_t {
     using storage = uint8_t;
     using out = bf16_t;
     static float load(storage v) { return fp8e4m3_table()[v]; }
+    static storage store(float f) { return float_to_fp8e4m3(f); }
 };
 struct fp8e5m2_t {
     using storage = uint8_t;
     using out = bf16_t;
     static float load(storage v) { return fp8e5m2_table()[v]; }
+    static storage store(float f) { return float_to_fp8e5m2(f); }
 };
 
 }  // namespace td

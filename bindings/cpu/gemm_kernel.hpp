@@ -105,6 +105,8 @@ inline int out_code(const TdGemmProblem& p) {
 
 inline float load_out(const void* base, int64_t at, int code) {
     if (code == TD_OUT_FP32) return static_cast<const float*>(base)[at];
+    if (code == TD_OUT_FP8_E4M3) return fp8e4m3_table()[static_cast<const uint8_t*>(base)[at]];
+    if (code == TD_OUT_FP8_E5M2) return fp8e5m2_table()[static_cast<const uint8_t*>(base)[at]];
     const uint16_t v = static_cast<const uint16_t*>(base)[at];
     return code == TD_OUT_FP16 ? half_to_float(v) : bf16_to_float(v);
 }
@@ -112,6 +114,10 @@ inline float load_out(const void* base, int64_t at, int code) {
 inline void store_out(void* base, int64_t at, int code, float v) {
     if (code == TD_OUT_FP32)
         static_cast<float*>(base)[at] = v;
+    else if (code == TD_OUT_FP8_E4M3)
+        static_cast<uint8_t*>(base)[at] = float_to_fp8e4m3(v);
+    else if (code == TD_OUT_FP8_E5M2)
+        static_cast<uint8_t*>(base)[at] = float_to_fp8e5m2(v);
     else
         static_cast<uint16_t*>(base)[at] = code == TD_OUT_FP16 ? float_to_half(v) : float_to_bf16(v);
 }

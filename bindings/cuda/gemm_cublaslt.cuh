@@ -252,6 +252,8 @@ struct CublasLtGemm {
     // bits are coarse: e.g. ACTIVATION is set, SiLU is refused here).
     static int supports_features(const TdGemmProblem& p, std::string* why) {
         const int out = cublaslt_out_code(p);
+        if (out == TD_OUT_FP8_E4M3 || out == TD_OUT_FP8_E5M2)
+            return refuse(why, "an fp8 output is not built for the cublaslt family (fp32, fp16 or bf16 D)");
         if (Dtype == TD_FP16 && out == TD_OUT_BF16)
             return refuse(why, "cuBLASLt has no fp16 matmul with a bf16 output (fp16 or fp32 only)");
         if (Dtype == TD_BF16 && out == TD_OUT_FP16)

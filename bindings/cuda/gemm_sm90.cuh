@@ -221,7 +221,11 @@ inline int resolved_out(int dtype, int out_dtype) {
 }
 
 inline const char* out_name(int out) {
-    return out == TD_OUT_FP32 ? "fp32" : out == TD_OUT_FP16 ? "fp16" : "bf16";
+    return out == TD_OUT_FP32       ? "fp32"
+           : out == TD_OUT_FP16     ? "fp16"
+           : out == TD_OUT_FP8_E4M3 ? "fp8_e4m3"
+           : out == TD_OUT_FP8_E5M2 ? "fp8_e5m2"
+                                    : "bf16";
 }
 
 inline const char* activation_name(int act) {

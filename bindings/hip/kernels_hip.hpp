@@ -205,7 +205,13 @@ struct HipGemmGeneric {
         return DT == TD_FP16 ? TD_OUT_FP16 : TD_OUT_BF16;
     }
 
-    static int supports(const TdGemmProblem& p, std::string* why) { return Plain::supports(p, why); }
+    static int supports(const TdGemmProblem& p, std::string* why) {
+        if (p.out_dtype == TD_OUT_FP8_E4M3 || p.out_dtype == TD_OUT_FP8_E5M2) {
+            *why = "an fp8 output is not implemented in the mfma epilogue (fp32, fp16 or bf16 D)";
+            return TD_UNSUPPORTED;
+        }
+        return Plain::supports(p, why);
+    }
 
     static size_t workspace_size(const TdGemmProblem& p) {
         if (!Streamk) return 0;

@@ -25,6 +25,7 @@ from .problems import GemmProblem, _alpha
 
 SCALE_BLOCK = 128  # block-wise scales: 1 x 128 blocks of A, 128 x 128 blocks of B
 OUT_TYPES = (DType.FP32, DType.FP16, DType.BF16)
+FP8_OUT_TYPES = (DType.FP8_E4M3, DType.FP8_E5M2)  # for fp8 (OCP) inputs: saturating stores
 
 
 def _dispatcher(target) -> Dispatcher:
@@ -33,9 +34,11 @@ def _dispatcher(target) -> Dispatcher:
 
 
 def _out_type(out_dtype, dtype: DType) -> tuple[OutDType, DType]:
-    """(the problem's out_dtype, the DType of D) from td.gemm's out_dtype argument."""
+    """(the problem's out_dtype, the DType of D) from td.gemm's out_dtype argument: fp32, fp16
+    or bf16 for any input type, and fp8_e4m3 or fp8_e5m2 for fp8 inputs."""
     if out_dtype is None:
         return OutDType.DEFAULT, dtype.out
+    allowed = OUT_TYPES + (FP8_OUT_TYPES if dtype in FP8_OUT_TYPES else ())
     if isinstance(out_dtype, str):
         try:
             key = DType.parse(out_dtype)
@@ -43,11 +46,14 @@ def _out_type(out_dtype, dtype: DType) -> tuple[OutDType, DType]:
             key = None
     else:
         try:
-            key = next((d for d in OUT_TYPES if np.dtype(out_dtype) == numpy_dtype(d)), None)
+            key = next((d for d in allowed if np.dtype(out_dtype) == numpy_dtype(d)), None)
         except TypeError:
             key = None
-    if key not in OUT_TYPES:
-        raise InvalidArgumentError(f"out_dtype must be fp32, fp16 or bf16 (or their numpy types), got {out_dtype!r}")
+    if key not in allowed:
+        names = ", ".join(d.key for d in allowed[:-1]) + " or " + allowed[-1].key
+        fp8 = "" if dtype in FP8_OUT_TYPES else " (fp8_e4m3 and fp8_e5m2 take fp8 inputs)"
+        raise InvalidArgumentError(f"out_dtype must be {names} (or their numpy types) for {dtype.key} inputs{fp8}, "
+                                   f"got {out_dtype!r}")
     return OutDType.parse(key.key), key
 
 

@@ -15,11 +15,13 @@ import numpy as np
 
 from .codegen import Direction, DType
 
-UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "fp8_e4m3": 2.0 ** -4,
+                 "fp8_e5m2": 2.0 ** -3}
 FLOOR = 1e-30
 # Half the spacing of the output type's subnormals: the rounding error of a result that
 # underflows, which no relative tolerance covers.
-UNDERFLOW = {"fp32": 2.0 ** -150, "fp16": 2.0 ** -25, "bf16": 2.0 ** -134}
+UNDERFLOW = {"fp32": 2.0 ** -150, "fp16": 2.0 ** -25, "bf16": 2.0 ** -134, "fp8_e4m3": 2.0 ** -10,
+             "fp8_e5m2": 2.0 ** -17}
 
 
 def underflow(dtype: DType) -> float:

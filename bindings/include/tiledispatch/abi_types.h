@@ -85,8 +85,10 @@ enum td_out_dtype {
     TD_OUT_FP32 = 1,
     TD_OUT_FP16 = 2,
     TD_OUT_BF16 = 3,
+    TD_OUT_FP8_E4M3 = 4,
+    TD_OUT_FP8_E5M2 = 5,
 };
-#define TD_OUT_DTYPE_COUNT 4
+#define TD_OUT_DTYPE_COUNT 6
 
 /* What a GEMM kernel implements beyond D = alpha * A * B (KernelInfo.features, a bit mask; TD_FEATURE_ALL: every bit). */
 enum td_feature {

@@ -165,12 +165,18 @@ class Bias(enum.Enum):
 
 class OutDType(enum.Enum):
     """The element type of a GEMM's D (TdGemmProblem.out_dtype): DEFAULT is the input type's
-    (DType.out)."""
+    (DType.out). The fp8 types are for fp8 inputs only, stored with saturation (satfinite)."""
 
     DEFAULT = ("default", 0, None)
     FP32 = ("fp32", 1, "fp32")
     FP16 = ("fp16", 2, "fp16")
     BF16 = ("bf16", 3, "bf16")
+    FP8_E4M3 = ("fp8_e4m3", 4, "fp8_e4m3")
+    FP8_E5M2 = ("fp8_e5m2", 5, "fp8_e5m2")
+
+    @property
+    def fp8(self) -> bool:
+        return self in (OutDType.FP8_E4M3, OutDType.FP8_E5M2)
 
     def __init__(self, key, code, dtype_key):
         self.key = key
@@ -192,7 +198,7 @@ class Feature(enum.Enum):
     AUX = ("aux output", 16)
     ROW_SCALE = ("row scale", 32)
     COL_SCALE = ("column scale", 64)
-    OUT_DTYPE = ("output dtype", 128)   # fp32, fp16 and bf16 D for any input type
+    OUT_DTYPE = ("output dtype", 128)   # fp32, fp16 and bf16 D for any input type (fp8: the kernel says)
     BATCH = ("batch", 256)              # batch > 1 with batch strides
     BLOCK_SCALE = ("block-wise scale", 512)  # fp8 block-wise scales (1x128 A, 128x128 B)
 
