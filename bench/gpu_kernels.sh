@@ -9,6 +9,7 @@
 #       the parts of one or more packed builds (PREFIX: path/kernels-NAME.txz) into DIR, their
 #       registries merged (each op and target from one build)
 # Then run from the source tree: export TILEDISPATCH_KERNELS_DIR=DIR PYTHONPATH=$PWD/python
+# (bench/gpu_call.sh does that: sanitizer, the README's sm_90a line, torch tests, train step, zoo)
 set -euo pipefail
 verb=${1:?usage: gpu_kernels.sh build DIR FILTER [TARGETS] | unpack DIR PREFIX...}
 dir=${2:?the kernels directory}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One GPU-machine call over kernel libraries built beforehand (bench/gpu_kernels.sh build, on a
+# machine with nvcc; carried packed): each step capped in seconds, none started past LIMIT, the
+# logs in $OUT (at most 8 files come back: one log a step and two JSON files).
+#   LIMIT=400 bash bench/gpu_call.sh PACKED [STEP...]
+#     PACKED: the prefix of the packed parts (path/kernels-NAME.txz)
+#     STEP (in the order given; default: all of them in this order):
+#       memcheck   compute-sanitizer memcheck over bench/sanitize_sample.py ours
+#       racecheck  compute-sanitizer racecheck over the same
+#       readme     the README's sm_90a pip line, as written, in a fresh venv (in the background;
+#                  pip's index: the wheels in .whl/readme when the machine has no network), with
+#                  a two-variant kernel filter appended as CI does
+#       torch      the torch GPU tests (ops, opcheck, autograd, CUDA-graph replay, grouped_mma)
+#       train      bench/train_step.py, eager, five timm models
+#       zoo        bench/zoo.py conv, bf16, with the time left
+set -uo pipefail
+packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED [memcheck racecheck readme torch train zoo]}
+shift
+steps=" ${*:-memcheck racecheck readme torch train zoo} "
+R=$PWD
+OUT=${OUT:-/tmp/td-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+T0=$(date +%s)
+LIMIT=${LIMIT:-540}
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+want() { [[ "$steps" == *" $1 "* ]]; }
+runt() {  # runt CAP LOG command...: at most CAP seconds, and never past LIMIT
+  local cap=$1 log=$2 l t rc
+  shift 2
+  l=$(left)
+  t=$(( cap < l - 15 ? cap : l - 15 ))
+  if [ "$t" -lt 20 ]; then echo "skipped (no time left): $*"; return 99; fi
+  echo "==== [$(date +%T) t=$(( $(date +%s) - T0 ))s, at most ${t}s] $*"
+  timeout -k 5 "$t" "$@" > "$log" 2>&1
+  rc=$?
+  echo "rc=$rc at t=$(( $(date +%s) - T0 ))s"
+  return $rc
+}
+
+bash "$R/bench/gpu_kernels.sh" unpack /tmp/td-kernels "$packed" || exit 1
+nvidia-smi -L
+if want readme; then
+  ( timeout $(( LIMIT - 15 )) bash -c '
+      unset PYTHONPATH TILEDISPATCH_KERNELS_DIR
+      [ -d "$0/.whl/readme" ] && export PIP_NO_INDEX=1 PIP_FIND_LINKS=$0/.whl/readme
+      rm -rf /tmp/td-readme && mkdir /tmp/td-readme
+      tar -C "$0" --exclude=./.whl --exclude=./.dev --exclude=./.git -cf - . | tar -C /tmp/td-readme -xf -
+      cd /tmp/td-readme || exit 1
+      line=$(python3 -c "import sys; t = open(\"README.md\").read().split(\"Building for GPU targets as well as cpu:\", 1)[1]; print([l[4:] for l in t.split(\"\n\n\", 2)[1].splitlines() if l.startswith(\"    pip install\") and \"sm_90a\" in l][0])")
+      python3 -m venv /tmp/td-readme-venv && . /tmp/td-readme-venv/bin/activate || exit 1
+      filter=gemm_fp32_rcr_standard_48x64x128_r6x16_cpu,gemm_bf16_rcr_standard_16x16x128_skinny_sm90a
+      echo "\$ $line -Csetup-args=-Dkernel_filter=$filter"
+      start=$(date +%s)
+      eval "$line -Csetup-args=-Dkernel_filter=$filter" > /tmp/td-readme.log 2>&1 || { tail -30 /tmp/td-readme.log; exit 1; }
+      echo "installed in $(( $(date +%s) - start )) s"
+      cd /tmp && tiledispatch gemm 16 4096 4096 --dtype bf16 --validate && gpu_helper 16 4096 4096 --validate' \
+      "$R" > "$OUT/readme.log" 2>&1 ) &
+  readme_pid=$!
+fi
+export TILEDISPATCH_KERNELS_DIR=/tmp/td-kernels PYTHONPATH=$R/python
+cd /tmp || exit 1
+for tool in memcheck racecheck; do
+  if want $tool; then
+    runt 100 "$OUT/$tool.log" compute-sanitizer --tool $tool --error-exitcode 9 python3 "$R/bench/sanitize_sample.py" ours
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$tool.log" | tail -4
+  fi
+done
+if want torch; then
+  runt 90 "$OUT/torch_tests.log" python3 -m pytest -q -rs -p no:cacheprovider "$R/tests/test_torch_gpu.py" \
+    "$R/tests/test_gpu_grouped_mma.py" "$R/tests/test_torch_compile.py" -k "cuda or reduce_overhead or captured or gpu"
+  tail -8 "$OUT/torch_tests.log"
+fi
+if want train; then
+  runt 180 "$OUT/train.log" python3 "$R/bench/train_step.py" --modes eager --steps 8 --reps 12 --json "$OUT/train.json"
+  tail -8 "$OUT/train.log"
+fi
+if want readme; then
+  wait "$readme_pid"
+  echo "==== the README's sm_90a line"; cat "$OUT/readme.log"
+fi
+if want zoo; then
+  budget=$(( $(left) - 60 ))
+  if [ "$budget" -gt 30 ]; then
+    runt $(( budget + 40 )) "$OUT/zoo.log" python3 "$R/bench/zoo.py" conv --dtype bf16 --reps 10 \
+      --budget-s "$budget" --json "$OUT/zoo.json"
+    grep -E "^(==|group|all|direction|class|grouped|total|model)" "$OUT/zoo.log" | head -60
+  else
+    echo "zoo: skipped (no time left)"
+  fi
+fi
