@@ -15,8 +15,8 @@ import numpy as np
 
 import tiledispatch as td
 from tiledispatch import reference
-from tiledispatch.arrays import random
-from tiledispatch.codegen import Direction
+from tiledispatch.arrays import random, torch_dtype
+from tiledispatch.codegen import Direction, DType
 from tiledispatch.codegen.families.cutlass import fp8_tile_slices
 from tiledispatch.codegen.families.vendor import Vendor
 from tiledispatch.codegen.model import GemmVariant
@@ -103,22 +103,12 @@ if blockwise or fused or grouped:
         assert ok
 
 # ---- fused epilogues (visitor trees): beta C, bias, the kernel's activation, aux, output type ----
-TORCH_TYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn"}
-
-
 def device_rand(shape, key, low=-1.0, high=1.0):
-    return (torch.rand(*shape, device="cuda") * (high - low) + low).to(getattr(torch, TORCH_TYPES[key]))
+    return (torch.rand(*shape, device="cuda") * (high - low) + low).to(torch_dtype(DType.parse(key)))
 
 
 def host64(t):
     return None if t is None else t.double().cpu().numpy()
-
-
-def close(actual, ref, mag, out_key, k, slack=0.0) -> bool:
-    """compare_out's bound, plus `slack` x magnitude: CUTLASS's activation functors use the
-    GPU's fast tanh / exp (tests/test_gpu_gemm_features.py's ACT_SLACK)."""
-    tol = (reference.tolerance_out(out_key, k) + slack) * mag + reference.UNDERFLOW[out_key] + reference.FLOOR
-    return bool((np.abs(actual - ref) <= tol).all())
 
 
 for k in fused.values() if torch else ():
@@ -134,9 +124,10 @@ for k in fused.values() if torch else ():
     torch.cuda.synchronize()
     pre, ref, mag = reference.gemm_epilogue(host64(a), host64(b), beta=0.5, c=host64(c), bias=host64(bias),
                                             activation=activation or "none")
-    ok = close(host64(got), ref, mag, out_key, K, 2e-3 if activation else 0.0)
+    # CUTLASS's activation functors use the GPU's fast tanh / exp (test_gpu_gemm_features' ACT_SLACK)
+    ok = reference.compare_out(host64(got), ref, mag, out_key, K, 2e-3 if activation else 0.0)["ok"]
     if k.knobs.aux:
-        ok = ok and close(host64(result[1]), pre, mag, out_key, K)
+        ok = ok and reference.compare_out(host64(result[1]), pre, mag, out_key, K)["ok"]
     print(f"{k.name} {M}x{N}x{K} beta C + bias + {activation or 'no activation'}: {'ok' if ok else 'MISMATCH'}",
           flush=True)
     assert ok

@@ -124,13 +124,11 @@ struct fp8e4m3_t {
     using storage = uint8_t;
     using out = bf16_t;
     static float load(storage v) { return fp8e4m3_table()[v]; }
-    static storage store(float f) { return float_to_fp8e4m3(f); }
 };
 struct fp8e5m2_t {
     using storage = uint8_t;
     using out = bf16_t;
     static float load(storage v) { return fp8e5m2_table()[v]; }
-    static storage store(float f) { return float_to_fp8e5m2(f); }
 };
 
 }  // namespace td
