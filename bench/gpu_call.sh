@@ -10,9 +10,11 @@
 #       readme     the README's sm_90a pip line, as written, in a fresh venv (in the background;
 #                  pip's index: the wheels in .whl/readme when the machine has no network), with
 #                  a two-variant kernel filter appended as CI does
-#       torch      the torch GPU tests (ops, opcheck, autograd, CUDA-graph replay, grouped_mma)
+#       torch      the torch GPU tests (ops, opcheck, autograd, CUDA-graph replay, grouped_mma,
+#                  autotuning)
 #       train      bench/train_step.py, eager, five timm models
 #       zoo        bench/zoo.py conv, bf16, with the time left
+#       gemmzoo    bench/zoo.py --op gemm run, bf16, with the time left (a build with the GEMMs)
 set -uo pipefail
 packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED [memcheck racecheck readme torch train zoo]}
 shift
@@ -67,8 +69,9 @@ for tool in memcheck racecheck; do
   fi
 done
 if want torch; then
-  runt 90 "$OUT/torch_tests.log" python3 -m pytest -q -rs -p no:cacheprovider "$R/tests/test_torch_gpu.py" \
-    "$R/tests/test_gpu_grouped_mma.py" "$R/tests/test_torch_compile.py" -k "cuda or reduce_overhead or captured or gpu"
+  runt 120 "$OUT/torch_tests.log" python3 -m pytest -q -rs -p no:cacheprovider "$R/tests/test_torch_gpu.py" \
+    "$R/tests/test_gpu_grouped_mma.py" "$R/tests/test_gpu_autotune.py" "$R/tests/test_torch_compile.py" \
+    -k "cuda or reduce_overhead or captured or gpu or tune or winner or capture"
   tail -8 "$OUT/torch_tests.log"
 fi
 if want train; then
@@ -79,13 +82,19 @@ if want readme; then
   wait "$readme_pid"
   echo "==== the README's sm_90a line"; cat "$OUT/readme.log"
 fi
-if want zoo; then
+for z in zoo gemmzoo; do
+  want $z || continue
   budget=$(( $(left) - 60 ))
   if [ "$budget" -gt 30 ]; then
-    runt $(( budget + 40 )) "$OUT/zoo.log" python3 "$R/bench/zoo.py" conv --dtype bf16 --reps 10 \
-      --budget-s "$budget" --json "$OUT/zoo.json"
-    grep -E "^(==|group|all|direction|class|grouped|total|model)" "$OUT/zoo.log" | head -60
+    if [ $z = zoo ]; then
+      runt $(( budget + 40 )) "$OUT/zoo.log" python3 "$R/bench/zoo.py" conv --dtype bf16 --reps 10 \
+        --budget-s "$budget" --json "$OUT/zoo.json"
+    else
+      runt $(( budget + 40 )) "$OUT/gemmzoo.log" python3 "$R/bench/zoo.py" --op gemm run --dtype bf16 --reps 10 \
+        --budget-s "$budget" --json "$OUT/gemmzoo.json"
+    fi
+    grep -E "^(==|group|all|direction|class|grouped|total|model|tokens|dtype)" "$OUT/$z.log" | head -60
   else
-    echo "zoo: skipped (no time left)"
+    echo "$z: skipped (no time left)"
   fi
-fi
+done
