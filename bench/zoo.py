@@ -27,7 +27,8 @@ the float64 reference would be slow). --every also times every compiled kernel t
 supports the problem (at most --max-candidates, by the cost model's order, the pick and
 ours-alone always), fewer reps: the tuning-table data. The ratio is cuDNN's time over
 ours (> 1: ours faster); the floor is the problem's bytes at 4.27 TB/s. A failing layer
-is a FAILED row, counted in the summary.
+is a FAILED row, counted in the summary; a kernel of ours alone that fails where the pick
+ran is the row's alone_error, a failure in the ours-alone column only.
 
 The LLM GEMM zoo is the same tool with --op gemm (enumerate, run, table, crossval):
 `python3 bench/zoo.py --op gemm --help`.
@@ -409,6 +410,14 @@ class Bench:
         ours()
         theirs()
         torch.cuda.synchronize()
+        alone_error = None
+        if alone and alone != kernel:  # a failure of ours alone is its own column's, not the pick's
+            try:
+                ours_for(alone)()
+                torch.cuda.synchronize()
+            except Exception as err:  # noqa: BLE001
+                alone_error = f"{alone}: {type(err).__name__}: {err}"
+                alone, alone_src = None, None
         # correctness of the pick (and of ours alone where it differs), float64 reference
         flops = zl.flops(layer, N)
         n_ref = N if flops <= REF_FLOPS_CAP else max(1, int(N * REF_FLOPS_CAP // flops))
@@ -480,6 +489,8 @@ class Bench:
             alone_us = med["alone"]
         else:
             alone_us = every.get(alone) if every else None
+        if alone_error:
+            row["alone_error"] = alone_error[:300]
         row.update({"alone_kernel": alone, "alone_source": alone_src, "alone_us": alone_us,
                     "alone_ratio": cudnn_us / alone_us if alone_us else None,
                     "alone_rel_error": alone_rel if alone != kernel else rel})
@@ -847,12 +858,18 @@ class GemmBench:
         ref_rows = max(1, min(M, int(REF_FLOPS_CAP // (2 * N * K))))
         rel = ops.rel_error(ref_rows)
         alone_rel = rel
+        alone_error = None
         fns = {"ours": ours, "theirs": theirs}
-        if alone and alone != kernel:
-            fns["alone"] = self.named(ops, problem, alone)
-            fns["alone"]()
-            self.sync()
-            alone_rel = ops.rel_error(ref_rows)
+        if alone and alone != kernel:  # a failure of ours alone is its own column's, not the pick's
+            try:
+                fns["alone"] = self.named(ops, problem, alone)
+                fns["alone"]()
+                self.sync()
+                alone_rel = ops.rel_error(ref_rows)
+            except Exception as err:  # noqa: BLE001
+                alone_error = f"{alone}: {type(err).__name__}: {err}"
+                fns.pop("alone", None)
+                alone, alone_src, alone_rel = None, None, None
         reps = self.args.reps
         times = {k: [] for k in fns}
         for _ in range(reps):  # round-robin
@@ -897,6 +914,8 @@ class GemmBench:
             alone_us = med["alone"]
         else:
             alone_us = (every or {}).get(alone)
+        if alone_error:
+            row["alone_error"] = alone_error[:300]
         row.update({"alone_kernel": alone, "alone_source": alone_src, "alone_us": alone_us,
                     "alone_ratio": vendor_us / alone_us if alone_us else None, "alone_rel_error": alone_rel})
         return row

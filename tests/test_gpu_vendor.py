@@ -147,15 +147,30 @@ def test_cublaslt_every_layout(kernel, shape):
 @pytest.mark.skipif(not CUDNN, reason="no cudnn kernels in this installation")
 def test_selection_takes_cudnn_where_ours_measured_behind_and_ours_elsewhere():
     """The cudnn family's cost entry (bindings/cost/cudnn.cpp) by class of layer: cuDNN for
-    dense and strided depthwise layers, our depthwise kernel at stride 1 (where built)."""
+    dense and strided depthwise layers, our depthwise kernel at stride 1 (where built), and
+    the classes the zoo measured ours behind in (channels not a multiple of 8 in bwd_weight,
+    single-image 3x3 depthwise, 32 channels a group)."""
     d = td.Dispatcher("conv", GPU)
     dense = td.ConvProblem(32, 1, 64, 64, (28, 28), (3, 3), 1, 1, 1, "fwd", "bf16")
     assert d.select(dense) == "conv_fwd_nhwgc_bf16_1x1x1_cudnn_sm90a"
     strided = td.ConvProblem(32, 96, 1, 1, (56, 56), (3, 3), 2, 1, 1, "fwd", "bf16")
     assert d.select(strided) == "conv_fwd_nhwgc_bf16_1x1x1_cudnn_sm90a"
-    if any(k.name.endswith("_dw_sm90a") for k in td.registry().kernels("conv", GPU)):
+    cudnn = "conv_{}_nhwgc_bf16_1x1x1_cudnn_sm90a"
+    names = [k.name for k in td.registry().kernels("conv", GPU)]
+    if any(n.endswith("_dw_sm90a") for n in names):
         depthwise = td.ConvProblem(32, 96, 1, 1, (56, 56), (3, 3), 1, 1, 1, "fwd", "bf16")
         assert d.select(depthwise).endswith("_dw_sm90a")
+        # channels not a multiple of 8: cuDNN in bwd_weight, ours where they are
+        for G, ours in ((100, False), (96, True)):
+            wgrad = td.ConvProblem(32, G, 1, 1, (14, 14), (3, 3), 1, 1, 1, "bwd_weight", "bf16")
+            assert d.select(wgrad).endswith("_dw_sm90a") == ours, G
+            assert ours or d.select(wgrad) == cudnn.format("bwdweight")
+        # batch 1 (inference), 3x3: cuDNN's single-image kernels
+        single = td.ConvProblem(1, 96, 1, 1, (56, 56), (3, 3), 1, 1, 1, "fwd", "bf16")
+        assert d.select(single) == cudnn.format("fwd")
+    if any("_dwmma_" in n for n in names):
+        large = td.ConvProblem(1, 160, 1, 1, (14, 14), (7, 7), 1, 3, 1, "fwd", "bf16")
+        assert "_dwmma_" in d.select(large)  # depthwise_mma's tiles fit: ours at batch 1 too
     if any("_gmma_" in k.name for k in td.registry().kernels("conv", GPU)):
         # RegNet's groups of 24 and 48 channels: grouped_mma in every direction, strided too;
         # 64 channels a group stays on cuDNN
@@ -165,6 +180,11 @@ def test_selection_takes_cudnn_where_ours_measured_behind_and_ours_elsewhere():
                 assert "_gmma_" in d.select(grouped), (C, stride, direction)
         wide = td.ConvProblem(32, 4, 64, 64, (56, 56), (3, 3), 1, 1, 1, "fwd", "bf16")
         assert d.select(wide) == "conv_fwd_nhwgc_bf16_1x1x1_cudnn_sm90a"
+        # ResNeXt's 32 channels a group: cuDNN in fwd and bwd_weight, grouped_mma in bwd_data
+        for direction, tag in (("fwd", "fwd"), ("bwd_weight", "bwdweight"), ("bwd_data", None)):
+            g32 = td.ConvProblem(32, 32, 32, 32, (7, 7), (3, 3), 1, 1, 1, direction, "bf16")
+            picked = d.select(g32)
+            assert (picked == cudnn.format(tag)) if tag else ("_gmma_" in picked), (direction, picked)
 
 
 @pytest.mark.skipif(not CUBLASLT, reason="no cublaslt kernels in this installation")
