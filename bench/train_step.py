@@ -16,7 +16,8 @@ the patched curve must match torch's within --loss-rtol (exit code 1 otherwise).
 `--reps` timed steps (forward, backward, optimizer step, synchronized at both ends) give
 images/s; the ratio is patched over torch. --profile adds the share of CUDA time spent in
 convolutions (torch.profiler, over 3 steps): the device time of aten::convolution,
-aten::convolution_backward and the tiledispatch conv ops over the device time of all kernels.
+aten::convolution_backward and the tiledispatch conv ops over the device time of all kernels;
+and a step's device time, its convolutions' device time and their ops' host time (ms).
 """
 from __future__ import annotations
 
@@ -86,19 +87,26 @@ class Trainer:
         return loss
 
 
-def conv_share(trainer, data, device) -> float | None:
-    """The share of device time in convolutions over 3 steps, or None off CUDA."""
+def conv_profile(trainer, data, device) -> dict | None:
+    """Over 3 profiled steps (None off CUDA): the share of device time in convolutions, the
+    device time of a step and of its convolutions (ms), and the host time of the conv ops a step
+    (ms; CPU time of the op calls, their children included): a step slower than its device
+    time says the host is behind."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
+    steps = data[:3]
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for x, y in data[:3]:
+        for x, y in steps:
             trainer.step(x, y)
         synchronize(device)
     events = prof.key_averages()
     total = sum(e.self_device_time_total for e in events)
     conv = sum(e.device_time_total for e in events if e.key in CONV_OPS)
-    return conv / total if total else None
+    host = sum(e.cpu_time_total for e in events if e.key in CONV_OPS)
+    n = len(steps)
+    return {"conv_share": conv / total if total else None, "device_ms": total / 1e3 / n,
+            "conv_device_ms": conv / 1e3 / n, "conv_host_ms": host / 1e3 / n}
 
 
 def run_variant(name, base, args, device, data, patched: bool, compiled: bool) -> dict:
@@ -119,7 +127,7 @@ def run_variant(name, base, args, device, data, patched: bool, compiled: bool) -
               "swapped": len(report.swapped) if report else 0, "losses": losses, "step_ms": seconds * 1e3,
               "images_per_s": args.batch / seconds}
     if args.profile:
-        result["conv_share"] = conv_share(trainer, data, device)
+        result.update(conv_profile(trainer, data, device) or {"conv_share": None})
     return result
 
 
@@ -165,7 +173,11 @@ def main(argv=None) -> int:
                   f"{ours['images_per_s']:9.1f} img/s  ratio {ours['ratio']:.3f}  swapped {ours['swapped']:3d}  "
                   f"loss rel diff {worst:.2e}"
                   + (f"  conv share {theirs['conv_share']:.2f} -> {ours['conv_share']:.2f}"
-                     if ours.get("conv_share") is not None else ""), flush=True)
+                     f"  device ms/step {theirs['device_ms']:.1f} -> {ours['device_ms']:.1f}"
+                     f"  conv device ms {theirs['conv_device_ms']:.1f} -> {ours['conv_device_ms']:.1f}"
+                     f"  conv host ms {theirs['conv_host_ms']:.1f} -> {ours['conv_host_ms']:.1f}"
+                     if ours.get("conv_share") is not None and theirs.get("conv_share") is not None else ""),
+                  flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"device": str(device), "torch": torch.__version__, "args": vars(args), "results": results},
