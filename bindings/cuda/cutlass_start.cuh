@@ -32,17 +32,30 @@ cutlass::Status run_operator(Op& op, cudaStream_t stream, bool, long) {
     return op.run(stream);
 }
 
+// A launch the driver refused for its configuration: nothing ran and the context is intact.
+inline bool launch_refused(cudaError_t err) {
+    return err == cudaSuccess || err == cudaErrorInvalidValue || err == cudaErrorInvalidConfiguration ||
+           err == cudaErrorLaunchOutOfResources || err == cudaErrorInvalidClusterSize;
+}
+
 // pdl: a programmatic dependent launch (launch.cuh), for kernels compiled with
 // CUTLASS_ENABLE_GDC_FOR_SM90, whose load warps wait for the kernel before them
 // (griddepcontrol.wait) before they read global memory. Never for a kernel without it.
+// A refused launch (launch_refused, no error pending before it) is TD_REJECTED, so that the
+// library's pick hands the problem to the next kernel of its list (run_first_accepting): an
+// H100 refused every launch of the 128x128 cluster-1x2 ping-pong im2col variant, which ran on
+// the H200. The message names the grid and CUDA's error.
 template <class Op>
 int cutlass_run(Op& op, cudaStream_t stream, bool pdl = false) {
     const cudaError_t pending = cudaGetLastError();
     if (run_operator(op, stream, pdl, 0) == cutlass::Status::kSuccess) return TD_OK;
+    const cudaError_t err = cudaGetLastError();  // CUTLASS reports a status and leaves CUDA's error
     const dim3 grid = Op::get_grid_shape(op.params());
-    return launch_failed("kernel launch failed (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) +
-                             "x" + std::to_string(grid.z) + ")",
-                         pending);
+    std::string why = "kernel launch failed (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" +
+                      std::to_string(grid.z) + ")";
+    if (err != cudaSuccess) why += std::string(": ") + cudaGetErrorName(err);
+    if (pending == cudaSuccess && launch_refused(err)) return fail(TD_REJECTED, why + ", refused by the driver");
+    return launch_failed(why, pending);
 }
 
 template <class Op>
