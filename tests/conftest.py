@@ -77,3 +77,34 @@ def import_torch():
             pytest.fail(f"TD_REQUIRE_TORCH=1 but torch does not import: {err}", pytrace=False)
         pytest.skip(f"torch is not installed ({err}): the torch integration is not tested", allow_module_level=True)
     return torch
+
+
+def torch_gpu_missing(torch, op: str = "conv"):
+    """Why the torch tests on CUDA tensors cannot run here (None: they can): no CUDA device,
+    or no GPU library of `op` in this installation."""
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    import tiledispatch as td
+    try:
+        if td.registry().default_target(op) == "cpu":
+            return "no GPU library in this installation"
+    except td.TileDispatchError as err:
+        return str(err)
+    return None
+
+
+def fresh_autotune_state(monkeypatch, tmp_path, env):
+    """No autotune winners or statistics, no picks logged, none of the environment variables
+    `env`, and an autotune cache folder of the test's own; returns the function that resets
+    the state again after the test."""
+    from tiledispatch import _autotune, _picklog
+    for name in env:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TILEDISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+
+    def reset():
+        _autotune.reset()
+        _picklog.reset()
+
+    reset()
+    return reset

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import tiledispatch as td
-from tiledispatch import _autotune, _fingerprint, _picklog, _tunecache, selection
+from conftest import fresh_autotune_state
+from tiledispatch import _autotune, _fingerprint, _tunecache, selection
 from tiledispatch.dispatcher import Dispatcher
 
 M, N, K = 64, 80, 96  # fp32 rcr: four cpu kernels support it
@@ -29,14 +30,9 @@ ENV = ("TILEDISPATCH_AUTOTUNE", "TILEDISPATCH_AUTOTUNE_BUDGET_MS", "TILEDISPATCH
 def fresh(monkeypatch, tmp_path):
     """No autotune state, warnings or picks logged from an earlier test; a cache folder of
     the test's own."""
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TILEDISPATCH_CACHE_DIR", str(tmp_path / "cache"))
-    _autotune.reset()
-    _picklog.reset()
+    reset = fresh_autotune_state(monkeypatch, tmp_path, ENV)
     yield
-    _autotune.reset()
-    _picklog.reset()
+    reset()
 
 
 @pytest.fixture

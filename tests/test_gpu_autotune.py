@@ -4,46 +4,31 @@ measured winner with no timing, winners persist in the cache, and a CUDA-graph c
 tunes (the library's pick inside it; the winner in a capture after tuning)."""
 import pytest
 
-from conftest import import_torch
+from conftest import fresh_autotune_state, import_torch, torch_gpu_missing
 
 torch = import_torch()
 import torch.nn.functional as F  # noqa: E402
 
 import tiledispatch as td  # noqa: E402
-from tiledispatch import _autotune, _picklog  # noqa: E402
+from tiledispatch import _autotune  # noqa: E402
 
 ENV = ("TILEDISPATCH_AUTOTUNE", "TILEDISPATCH_AUTOTUNE_BUDGET_MS", "TILEDISPATCH_LOG_PICKS", "TILEDISPATCH_RECORD",
        "TILEDISPATCH_TUNING")
 BUDGET_MS = 400.0
 
 
-def _why_no_gpu():
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        if td.registry().default_target("gemm") == "cpu":
-            return "no GPU library in this installation"
-    except td.TileDispatchError as err:
-        return str(err)
-    return None
-
-
-pytestmark = pytest.mark.skipif(_why_no_gpu() is not None, reason=f"autotuning on the GPU: {_why_no_gpu()}")
+MISSING = torch_gpu_missing(torch, "gemm")
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"autotuning on the GPU: {MISSING}")
 
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch, tmp_path):
     """No tables (every problem is tuned), no winners or statistics of an earlier test, a
     cache folder of the test's own."""
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
+    reset = fresh_autotune_state(monkeypatch, tmp_path, ENV)
     monkeypatch.setenv("TILEDISPATCH_NO_SHIPPED_TUNING", "1")
-    monkeypatch.setenv("TILEDISPATCH_CACHE_DIR", str(tmp_path / "cache"))
-    _autotune.reset()
-    _picklog.reset()
     yield
-    _autotune.reset()
-    _picklog.reset()
+    reset()
 
 
 def rand(*shape, seed=0):

@@ -3,7 +3,7 @@ without one): numerics against float64, opcheck, autograd, and a patched model's
 against torch's."""
 import pytest
 
-from conftest import import_torch
+from conftest import import_torch, torch_gpu_missing
 
 torch = import_torch()
 import torch.nn as nn  # noqa: E402
@@ -18,18 +18,8 @@ OPCHECK_OK = {"test_schema": "SUCCESS", "test_autograd_registration": "SUCCESS",
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
-def _why_no_gpu():
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        if td.registry().default_target("conv") == "cpu":
-            return "no GPU library in this installation"
-    except td.TileDispatchError as err:
-        return str(err)
-    return None
-
-
-pytestmark = pytest.mark.skipif(_why_no_gpu() is not None, reason=f"torch on the GPU: {_why_no_gpu()}")
+MISSING = torch_gpu_missing(torch, "conv")
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"torch on the GPU: {MISSING}")
 
 
 def rand(*shape, seed=0, dtype=torch.bfloat16, requires_grad=False):
