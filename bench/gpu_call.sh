@@ -7,6 +7,8 @@
 #     STEP (in the order given; default: all of them in this order):
 #       memcheck   compute-sanitizer memcheck over bench/sanitize_sample.py ours
 #       racecheck  compute-sanitizer racecheck over the same
+#       vendorcheck compute-sanitizer memcheck over bench/sanitize_sample.py vendor (the cudnn and
+#                  cublaslt families through our wrappers; not in the default steps)
 #       readme     the README's sm_90a pip line, as written, in a fresh venv (in the background;
 #                  pip's index: the wheels in .whl/readme when the machine has no network), with
 #                  a two-variant kernel filter appended as CI does
@@ -16,7 +18,7 @@
 #       zoo        bench/zoo.py conv, bf16, with the time left
 #       gemmzoo    bench/zoo.py --op gemm run, bf16, with the time left (a build with the GEMMs)
 set -uo pipefail
-packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED [memcheck racecheck readme torch train zoo]}
+packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED [memcheck racecheck vendorcheck readme torch train zoo gemmzoo]}
 shift
 steps=" ${*:-memcheck racecheck readme torch train zoo} "
 R=$PWD
@@ -62,10 +64,12 @@ if want readme; then
 fi
 export TILEDISPATCH_KERNELS_DIR=/tmp/td-kernels PYTHONPATH=$R/python
 cd /tmp || exit 1
-for tool in memcheck racecheck; do
-  if want $tool; then
-    runt 100 "$OUT/$tool.log" compute-sanitizer --tool $tool --error-exitcode 9 python3 "$R/bench/sanitize_sample.py" ours
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$tool.log" | tail -4
+for step in memcheck racecheck vendorcheck; do
+  if want $step; then
+    tool=$step which=ours
+    [ $step = vendorcheck ] && tool=memcheck which=vendor
+    runt 100 "$OUT/$step.log" compute-sanitizer --tool $tool --error-exitcode 9 python3 "$R/bench/sanitize_sample.py" $which
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$step.log" | tail -4
   fi
 done
 if want torch; then
