@@ -32,7 +32,8 @@ cutlass::Status run_operator(Op& op, cudaStream_t stream, bool, long) {
     return op.run(stream);
 }
 
-// A launch the driver refused for its configuration: nothing ran and the context is intact.
+// A launch refused for its configuration, by the driver or by CUTLASS before it reached the
+// driver (no CUDA error then): nothing ran and the context is intact.
 inline bool launch_refused(cudaError_t err) {
     return err == cudaSuccess || err == cudaErrorInvalidValue || err == cudaErrorInvalidConfiguration ||
            err == cudaErrorLaunchOutOfResources || err == cudaErrorInvalidClusterSize;
