@@ -453,6 +453,23 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     assert {c.direction.key for c in split} == {"bwd_weight"}
 
 
+def test_im2col_split_k_bwd_weight_variants_in_the_default_manifest_round_trip():
+    """gemm: split_k (bwd_weight, cooperative): one 128x128 variant per rank and half
+    precision in the default manifest, `_splitk` in the name, the GEMM variant in KernelInfo,
+    the template's last argument true; parsed back from the name."""
+    split = [c for c in sm90_default_configs() if getattr(c.knobs, "split_k", False)]
+    assert sorted(c.name for c in split) == sorted(
+        f"conv_bwdweight_{lay}_{dt}_128x128x64_im2col_c1x1_coop_splitk_sm90a"
+        for lay in ("nwgc", "nhwgc", "ndhwgc") for dt in ("bf16", "fp16"))
+    c = next(c for c in split if "_nhwgc_bf16_" in c.name)
+    assert config_from_name(c.name) == c
+    assert c.knobs.to_dict() == {"algorithm": "im2col", "cluster": [1, 1], "schedule": "cooperative", "gemm": "split_k"}
+    assert c.knobs.info(c)["variant"] == 2  # TD_GEMM_SPLIT_K
+    assert "1, 1, false, true>" in emit_source(c)
+    plain = next(c for c in sm90_default_configs() if c.family == "im2col" and not c.knobs.split_k)
+    assert plain.knobs.info(plain)["variant"] == 0 and "gemm" not in plain.knobs.to_dict()
+
+
 @pytest.mark.parametrize("knobs, tile, why", [
     ("{algorithm: direct, channels_per_group: 3}", "[4, 8, 128]", "channels_per_group 3 not one of"),
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
@@ -463,6 +480,8 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     ("{algorithm: implicit, split: 2}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
     ("{algorithm: implicit, split: 3}", "[128, 128, 64]", "split 3 not one of 1, 2, 4, 8"),
     ("{algorithm: im2col, split: 2}", "[128, 256, 64]", "split applies only to algorithm implicit"),
+    ("{algorithm: im2col, gemm: split_k}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
+    ("{algorithm: im2col, gemm: stream_k}", "[128, 128, 64]", "gemm 'stream_k' not one of standard, split_k"),
     ("{algorithm: implicit}", "[128, 128, 32]", "tile"),
     ("{algorithm: implicit}", "[128, 256, 64]", "too many accumulators"),
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),

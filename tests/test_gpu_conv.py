@@ -301,6 +301,33 @@ def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
         assert run_case(kernel, gen, 2, G, C, K, CASES[kernel.ndim][0][0], one, one, tuple(0 for _ in one), one)
 
 
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "im2col"], ids=lambda k: k.name)
+def test_im2col_channels_not_multiples_of_8_match_float64(kernel, gen):
+    """Channel counts that are not multiples of 8 run channel-padded: a 3-channel stem,
+    squeeze-excite counts (20 -> 30), C aligned with K not and the reverse; through the
+    im2col buffer, the in-place 1x1 path and a strided case."""
+    one = tuple(1 for _ in range(kernel.ndim))
+    zero = tuple(0 for _ in one)
+    inp, fil, st, pad, dil = CASES[kernel.ndim][0]
+    for C, K in ((3, 16), (20, 30), (16, 12), (12, 16)):
+        assert run_case(kernel, gen, 2, 1, C, K, inp, fil, st, pad, dil), (kernel.name, C, K)
+        assert run_case(kernel, gen, 3, 1, C, K, inp, one, one, zero, one), (kernel.name, C, K, "1x1")
+    if kernel.direction is not Direction.BWD_DATA:  # bwd_data through the GEMM: stride 1 only
+        assert run_case(kernel, gen, 2, 1, 3, 24, *CASES[kernel.ndim][1]), (kernel.name, "strided stem")
+
+
+def test_dense_layers_with_odd_channel_counts_go_to_the_gemm_path(ours_alone):
+    """A 3-channel stem and a squeeze-excite 1x1 (20 -> 72 channels, 1x1 pixels) no longer
+    fall to the generic direct kernel in any direction the GEMM path takes."""
+    d = td.Dispatcher("conv", GPU)
+    for direction in ("fwd", "bwd_weight"):
+        p = td.ConvProblem(8, 1, 3, 32, (64, 64), (3, 3), 2, 1, 1, direction, "bf16")
+        assert "_im2col_" in d.select(p), d.select(p)
+    for direction in ("fwd", "bwd_data", "bwd_weight"):
+        p = td.ConvProblem(32, 1, 20, 72, (1, 1), (1, 1), 1, 0, 1, direction, "bf16")
+        assert "_im2col_" in d.select(p), d.select(p)
+
+
 def split_of(kernel) -> int:
     return getattr(kernel.knobs, "split", 1)
 

@@ -14,7 +14,7 @@ struct KernelInfo {
     int32_t family;  // enum td_family
     int32_t dtype;  // enum td_dtype
     int32_t layout;  // gemm: enum td_layout (conv: -1)
-    int32_t variant;  // gemm: enum td_gemm_variant (conv: -1)
+    int32_t variant;  // gemm: enum td_gemm_variant (conv: the im2col GEMM's, otherwise -1)
     int32_t reduction;  // gemm stream-K: enum td_reduction (otherwise -1)
     int32_t ndim;  // conv: spatial rank 1, 2 or 3 (gemm: 0)
     int32_t direction;  // conv: enum td_conv_direction (gemm: -1)

@@ -130,7 +130,7 @@ KERNEL_INFO = (
     ("family", "enum td_family"),
     ("dtype", "enum td_dtype"),
     ("layout", "gemm: enum td_layout (conv: -1)"),
-    ("variant", "gemm: enum td_gemm_variant (conv: -1)"),
+    ("variant", "gemm: enum td_gemm_variant (conv: the im2col GEMM's, otherwise -1)"),
     ("reduction", "gemm stream-K: enum td_reduction (otherwise -1)"),
     ("ndim", "conv: spatial rank 1, 2 or 3 (gemm: 0)"),
     ("direction", "conv: enum td_conv_direction (gemm: -1)"),

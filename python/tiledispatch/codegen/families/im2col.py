@@ -1,6 +1,9 @@
 """im2col (cuda, dense convolution): a CUTLASS sm90 GEMM over an im2col buffer
-(bindings/cuda/conv_gemm.cuh; a 1x1 stride-1 unpadded problem needs no buffer). Knobs: the
-GEMM's cluster shape and schedule; its rules are the GEMM's."""
+(bindings/cuda/conv_gemm.cuh; a 1x1 stride-1 unpadded problem needs no buffer; channel counts
+that are not a multiple of 8 run channel-padded). Knobs: the GEMM's cluster shape and
+schedule, and `gemm`: standard (data-parallel tiles) or split_k (bwd_weight: the reduction over
+the output pixels cut into equal parts with fp32 partials, summed by a second kernel); its
+rules are the GEMM's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,12 +20,14 @@ class Im2col(Family):
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"
+    split_k: bool = False
 
     FAMILY = "im2col"
     CODE = 10
     BACKEND = Backend.CUDA
     OPS = ("conv",)
-    YAML_KEYS = ("cluster", "schedule")
+    YAML_KEYS = ("cluster", "schedule", "gemm")
+    GEMMS = ("standard", "split_k")
     KEY_SHAPES = {"cluster": "pair"}
     HEADER = "cuda/conv_gemm.cuh"
     COST = {"conv": "im2col_conv_cost"}
@@ -38,16 +43,20 @@ class Im2col(Family):
         if values.get("epilogue", "tma") != "tma" or values.get("misaligned", "reject") != "reject":
             raise ValueError("algorithm im2col takes cluster and schedule only")
         cls.reject_keys({k: v for k, v in values.items() if k not in ("epilogue", "misaligned")})
-        return cls(*parse_cluster(values), values.get("schedule", "cooperative"))
+        gemm = values.get("gemm", "standard")
+        if gemm not in cls.GEMMS:
+            raise ValueError(f"gemm {gemm!r} not one of {', '.join(cls.GEMMS)}")
+        return cls(*parse_cluster(values), values.get("schedule", "cooperative"), gemm == "split_k")
 
     @property
     def token(self) -> str:
-        return cluster_token("im2col", self.cluster_m, self.cluster_n, self.schedule)
+        return cluster_token("im2col", self.cluster_m, self.cluster_n, self.schedule) + ("_splitk" if self.split_k else "")
 
     @classmethod
     def from_token(cls, token: str):
-        parsed = parse_cluster_token("im2col", token)
-        return None if parsed is None else cls(*parsed)
+        split_k = token.endswith("_splitk")
+        parsed = parse_cluster_token("im2col", token[:-len("_splitk")] if split_k else token)
+        return None if parsed is None else cls(*parsed, split_k)
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):
@@ -55,16 +64,25 @@ class Im2col(Family):
         if dtype not in (DType.FP16, DType.BF16):
             return [f"im2col convolution takes fp16 or bf16, not {dtype.key}"]
         gemm_layout = Layout.CRR if variant is Direction.BWD_WEIGHT else Layout.RCR
-        return gemm_problems(dtype, gemm_layout, GemmVariant.STANDARD, tile, self.cluster_m, self.cluster_n,
-                             self.schedule)
+        out = []
+        if self.split_k and variant is not Direction.BWD_WEIGHT:
+            out.append("gemm split_k (a split of the reduction over the output pixels) applies to bwd_weight only")
+        if self.split_k and self.schedule != "cooperative":
+            out.append("gemm split_k is built with the cooperative schedule")
+        gemm_variant = GemmVariant.SPLIT_K if self.split_k else GemmVariant.STANDARD
+        return out + gemm_problems(dtype, gemm_layout, gemm_variant, tile, self.cluster_m, self.cluster_n,
+                                   self.schedule)
 
     def instance(self, config) -> str:
         tm, tn, tk = config.tile
         return (f"cuda::Sm90GemmConv<{config.dtype.code}, {config.ndim}, {config.direction.code}, {tm}, {tn}, {tk},\n"
-                f"                       {self.cluster_m}, {self.cluster_n}, {cpp_bool(self.schedule == 'pingpong')}>")
+                f"                       {self.cluster_m}, {self.cluster_n}, {cpp_bool(self.schedule == 'pingpong')}, "
+                f"{cpp_bool(self.split_k)}>")
 
     def info(self, config) -> dict:
-        return {"cluster_m": self.cluster_m, "cluster_n": self.cluster_n, "pingpong": int(self.schedule == "pingpong")}
+        return {"cluster_m": self.cluster_m, "cluster_n": self.cluster_n, "pingpong": int(self.schedule == "pingpong"),
+                "variant": (GemmVariant.SPLIT_K if self.split_k else GemmVariant.STANDARD).code}
 
     def to_dict(self) -> dict:
-        return {"algorithm": self.FAMILY, "cluster": [self.cluster_m, self.cluster_n], "schedule": self.schedule}
+        return {"algorithm": self.FAMILY, "cluster": [self.cluster_m, self.cluster_n], "schedule": self.schedule,
+                **({"gemm": "split_k"} if self.split_k else {})}
