@@ -45,7 +45,7 @@ def from_torch_layout(t):
 def geometry(kernel):
     """(G, C, K) the kernel takes: its channels per group, enough groups for two
     channel vectors; the generic kernel gets C != K."""
-    if kernel.knobs.algorithm in ("im2col", "implicit"):  # dense, channels multiples of 8
+    if kernel.knobs.algorithm in ("im2col", "implicit", "pointwise"):  # dense
         return 1, 16, 24
     if kernel.knobs.algorithm == "cudnn":  # any: grouped with C != K
         return 3, 8, 16
@@ -64,6 +64,12 @@ def geometry(kernel):
     vc = kernel.tile[1]
     return 2 * vc // cpg + (vc // cpg if vc // cpg > 1 else 1), cpg, cpg
 
+
+PW_CASES = {  # per rank, the pointwise kernels' (1x1, no padding): (input, stride)
+    1: [((37,), (1,)), ((29,), (2,))],
+    2: [((13, 10), (1, 1)), ((11, 14), (2, 1))],
+    3: [((5, 7, 6), (1, 1, 1)), ((6, 5, 9), (2, 1, 2))],
+}
 
 CASES = {  # per rank: (input, filter, stride, padding, dilation)
     1: [((37,), (4,), (1,), (3,), (1,)), ((29,), (3,), (2,), (1,), (2,))],
@@ -293,6 +299,11 @@ def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
             not td.options()["tma"]:
         pytest.skip("the tensor-core depthwise bwd_weight moves its tiles by TMA only (the option tma is off)")
     G, C, K = geometry(kernel)
+    if kernel.knobs.algorithm == "pointwise":  # 1x1 filters only
+        one = tuple(1 for _ in range(kernel.ndim))
+        for inp, st in PW_CASES[kernel.ndim]:
+            assert run_case(kernel, gen, 3, G, C, K, inp, one, st, tuple(0 for _ in one), one), (kernel.name, inp, st)
+        return
     N = 5 if split_of(kernel) > 1 else 3  # a batch split needs an image per slice
     ran = [run_case(kernel, gen, N, G, C, K, inp, fil, st, pad, dil) for inp, fil, st, pad, dil in CASES[kernel.ndim]]
     assert ran[0], f"{kernel.name} refused the plain stride-1 case"
@@ -316,16 +327,49 @@ def test_im2col_channels_not_multiples_of_8_match_float64(kernel, gen):
         assert run_case(kernel, gen, 2, 1, 3, 24, *CASES[kernel.ndim][1]), (kernel.name, "strided stem")
 
 
-def test_dense_layers_with_odd_channel_counts_go_to_the_gemm_path(ours_alone):
-    """A 3-channel stem and a squeeze-excite 1x1 (20 -> 72 channels, 1x1 pixels) no longer
-    fall to the generic direct kernel in any direction the GEMM path takes."""
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "pointwise"], ids=lambda k: k.name)
+def test_pointwise_channel_counts_match_float64(kernel, gen):
+    """The CUDA-core 1x1 kernels: channel counts not multiples of 8, more than 64 read (chunks
+    of 64) and more written than the kernel's block (fwd, bwd_data), strides, and single-pixel
+    squeeze-excite layers; bwd_weight refuses more than 64 channels a side."""
+    one = tuple(1 for _ in range(kernel.ndim))
+    zero = tuple(0 for _ in one)
+    wgrad = kernel.direction is Direction.BWD_WEIGHT
+    counts = [(3, 16), (16, 24), (20, 30), (64, 3)] + ([(64, 64)] if wgrad else [(72, 20), (130, 72), (20, 200)])
+    for C, K in counts:
+        for inp, st in PW_CASES[kernel.ndim]:
+            assert run_case(kernel, gen, 3, 1, C, K, inp, one, st, zero, one), (kernel.name, C, K, inp, st)
+    assert run_case(kernel, gen, 32, 1, 40, 10 if wgrad else 96, one, one, one, zero, one), "one pixel"
+    if wgrad:
+        p = td.ConvProblem(2, 1, 65, 8, (5,) * kernel.ndim, one, 1, 0, 1, "bwd_weight", kernel.dtype)
+        assert td.Dispatcher("conv", GPU).is_supported(p, kernel=kernel.name) is False
+
+
+def test_thin_pointwise_layers_take_the_pointwise_kernels(ours_alone):
+    """1x1 layers with few channels at a large image (memory-bound) and squeeze-excite layers on
+    one pixel go to the CUDA-core kernels; a wide 1x1 (256 -> 256 at 56 x 56) stays on CUTLASS."""
+    d = td.Dispatcher("conv", GPU)
+    for direction in ("fwd", "bwd_data", "bwd_weight"):
+        p = td.ConvProblem(32, 1, 16, 24, (112, 112), (1, 1), 1, 0, 1, direction, "bf16")
+        assert "_pw_" in d.select(p), (direction, d.select(p))
+    for direction in ("fwd", "bwd_data"):
+        p = td.ConvProblem(32, 1, 240, 10, (1, 1), (1, 1), 1, 0, 1, direction, "bf16")
+        assert "_pw_" in d.select(p), (direction, d.select(p))
+    p = td.ConvProblem(32, 1, 256, 256, (56, 56), (1, 1), 1, 0, 1, "fwd", "bf16")
+    assert "_pw_" not in d.select(p), d.select(p)
+
+
+def test_dense_layers_with_odd_channel_counts_leave_the_generic_kernel(ours_alone):
+    """A 3-channel stem goes to the channel-padded GEMM path; a squeeze-excite 1x1 with 20 ->
+    72 channels on one pixel to the GEMM path or the pointwise kernels: none of them to the
+    generic direct kernel."""
     d = td.Dispatcher("conv", GPU)
     for direction in ("fwd", "bwd_weight"):
         p = td.ConvProblem(8, 1, 3, 32, (64, 64), (3, 3), 2, 1, 1, direction, "bf16")
         assert "_im2col_" in d.select(p), d.select(p)
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         p = td.ConvProblem(32, 1, 20, 72, (1, 1), (1, 1), 1, 0, 1, direction, "bf16")
-        assert "_im2col_" in d.select(p), d.select(p)
+        assert "_im2col_" in d.select(p) or "_pw_" in d.select(p), d.select(p)
 
 
 def split_of(kernel) -> int:

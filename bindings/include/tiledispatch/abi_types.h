@@ -124,8 +124,9 @@ enum td_family {
     TD_FAMILY_GROUPED_MMA = 14,
     TD_FAMILY_CUTLASS_GROUPED = 15,
     TD_FAMILY_CUTLASS_BLOCKWISE = 16,
+    TD_FAMILY_POINTWISE = 17,
 };
-#define TD_FAMILY_COUNT 17
+#define TD_FAMILY_COUNT 18
 
 /* D = act(alpha * (A(MxK) * B(KxN)) * row_scale * col_scale + beta * C + bias), in that order; every field after swizzle 0 is the plain product (docs/abi.md). */
 typedef struct TdGemmProblem {

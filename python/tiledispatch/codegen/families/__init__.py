@@ -23,6 +23,7 @@ from .im2col import Im2col
 from .implicit import Implicit
 from .mfma import Mfma
 from .mma import Mma
+from .pointwise import Pointwise
 from .skinny import Skinny
 from .tiled_mma import TiledMma
 from .toeplitz_mma import ToeplitzMma
@@ -34,6 +35,7 @@ FAMILIES = [
     CutlassGrouped,  # cuda, grouped GEMM (the variant `grouped`)
     Cudnn, CublasLt,  # cuda, vendor libraries
     CutlassBlockwise,  # cuda, fp8 with block-wise scales
+    Pointwise,     # cuda, 1x1 dense convolution with few channels
 ]
 
 OP_WORDS = {"gemm": "GEMM", "conv": "convolution"}
