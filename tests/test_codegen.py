@@ -475,7 +475,7 @@ def test_im2col_split_k_bwd_weight_variants_in_the_default_manifest_round_trip()
     ("{algorithm: direct, channels_per_group: 4}", "[4, 6, 128]", "must be a multiple of 8"),
     ("{algorithm: direct, channels_per_group: any}", "[4, 8, 128]", "tile 1x1xT"),
     ("{channels_per_group: 4}", "[4, 8, 128]", "channels_per_group applies only to algorithm direct"),
-    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, depthwise_mma, toeplitz_mma, mma, tiled_mma, im2col, implicit, grouped_mma or cudnn"),
+    ("{schedule: cooperative}", "[128, 128, 64]", "uses algorithm direct, depthwise, depthwise_mma, toeplitz_mma, mma, tiled_mma, im2col, implicit, grouped_mma, pointwise or cudnn"),
     ("{algorithm: implicit, cluster: [1, 1], schedule: pingpong}", "[128, 128, 64]", "takes cluster and split only"),
     ("{algorithm: implicit, split: 2}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
     ("{algorithm: implicit, split: 3}", "[128, 128, 64]", "split 3 not one of 1, 2, 4, 8"),

@@ -31,11 +31,11 @@ from .toeplitz_mma import ToeplitzMma
 FAMILIES = [
     Blocked,       # cpu
     Mfma,          # hip
-    Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit, GroupedMma,  # cuda
+    Cutlass, Skinny, Direct, Depthwise, DepthwiseMma, ToeplitzMma, Mma, TiledMma, Im2col, Implicit, GroupedMma,
+    Pointwise,  # cuda
     CutlassGrouped,  # cuda, grouped GEMM (the variant `grouped`)
     Cudnn, CublasLt,  # cuda, vendor libraries
     CutlassBlockwise,  # cuda, fp8 with block-wise scales
-    Pointwise,     # cuda, 1x1 dense convolution with few channels
 ]
 
 OP_WORDS = {"gemm": "GEMM", "conv": "convolution"}
