@@ -24,16 +24,9 @@
 
 namespace td::cuda {
 
-// cols[m][tap][c] = x at output pixel m through tap (0 in the padding); 16-byte vectors (C % 8 == 0).
-template <class T>
-__global__ void conv_im2col(DeviceGeometry g, const T* __restrict__ x, T* __restrict__ cols) {
-    const int vecs = g.C / 8;
-    const int64_t total = (int64_t)g.N * g.out[0] * g.out[1] * g.out[2] * g.taps * vecs;
-    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= total) return;
-    const int v = (int)(e % vecs);
-    const int tap = (int)(e / vecs % g.taps);
-    const int64_t m = e / ((int64_t)vecs * g.taps);
+// The input pixel that output pixel m reads through tap (a flat index over N and the input's
+// spatial sizes), or -1 in the padding.
+__device__ __forceinline__ int64_t im2col_source(const DeviceGeometry& g, int64_t m, int tap) {
     int64_t r = m;
     const int o2 = (int)(r % g.out[2]); r /= g.out[2];
     const int o1 = (int)(r % g.out[1]); r /= g.out[1];
@@ -43,9 +36,22 @@ __global__ void conv_im2col(DeviceGeometry g, const T* __restrict__ x, T* __rest
     const int p0 = o0 * g.stride[0] - g.pad[0] + f0 * g.dil[0];
     const int p1 = o1 * g.stride[1] - g.pad[1] + f1 * g.dil[1];
     const int p2 = o2 * g.stride[2] - g.pad[2] + f2 * g.dil[2];
+    if (p0 < 0 || p0 >= g.in[0] || p1 < 0 || p1 >= g.in[1] || p2 < 0 || p2 >= g.in[2]) return -1;
+    return (((int64_t)n * g.in[0] + p0) * g.in[1] + p1) * g.in[2] + p2;
+}
+
+// cols[m][tap][c] = x at output pixel m through tap (0 in the padding); 16-byte vectors (C % 8 == 0).
+template <class T>
+__global__ void conv_im2col(DeviceGeometry g, const T* __restrict__ x, T* __restrict__ cols) {
+    const int vecs = g.C / 8;
+    const int64_t total = (int64_t)g.N * g.out[0] * g.out[1] * g.out[2] * g.taps * vecs;
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total) return;
+    const int v = (int)(e % vecs);
+    const int tap = (int)(e / vecs % g.taps);
+    const int64_t src = im2col_source(g, e / ((int64_t)vecs * g.taps), tap);
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (p0 >= 0 && p0 < g.in[0] && p1 >= 0 && p1 < g.in[1] && p2 >= 0 && p2 < g.in[2])
-        val = __ldg(reinterpret_cast<const uint4*>(x + ((((int64_t)n * g.in[0] + p0) * g.in[1] + p1) * g.in[2] + p2) * g.C) + v);
+    if (src >= 0) val = __ldg(reinterpret_cast<const uint4*>(x + src * g.C) + v);
     reinterpret_cast<uint4*>(cols)[e] = val;
 }
 
@@ -71,22 +77,8 @@ __global__ void conv_im2col_padded(DeviceGeometry g, const T* __restrict__ x, T*
     if (e >= total) return;
     const int c = (int)(e % cp);
     const int tap = (int)(e / cp % g.taps);
-    const int64_t m = e / ((int64_t)cp * g.taps);
-    T val = from_float<T>(0.0f);
-    if (c < g.C) {
-        int64_t r = m;
-        const int o2 = (int)(r % g.out[2]); r /= g.out[2];
-        const int o1 = (int)(r % g.out[1]); r /= g.out[1];
-        const int o0 = (int)(r % g.out[0]);
-        const int n = (int)(r / g.out[0]);
-        const int f2 = tap % g.fil[2], f1 = tap / g.fil[2] % g.fil[1], f0 = tap / (g.fil[2] * g.fil[1]);
-        const int p0 = o0 * g.stride[0] - g.pad[0] + f0 * g.dil[0];
-        const int p1 = o1 * g.stride[1] - g.pad[1] + f1 * g.dil[1];
-        const int p2 = o2 * g.stride[2] - g.pad[2] + f2 * g.dil[2];
-        if (p0 >= 0 && p0 < g.in[0] && p1 >= 0 && p1 < g.in[1] && p2 >= 0 && p2 < g.in[2])
-            val = x[((((int64_t)n * g.in[0] + p0) * g.in[1] + p1) * g.in[2] + p2) * g.C + c];
-    }
-    cols[e] = val;
+    const int64_t src = c < g.C ? im2col_source(g, e / ((int64_t)cp * g.taps), tap) : -1;
+    cols[e] = src >= 0 ? x[src * g.C + c] : from_float<T>(0.0f);
 }
 
 // dst (dst_rows x dst_pitch) = src (src_rows x src_pitch) where both have the element, 0 elsewhere:
