@@ -453,20 +453,32 @@ def test_wgrad_split_manifest_expands_and_names_round_trip():
     assert {c.direction.key for c in split} == {"bwd_weight"}
 
 
-def test_im2col_split_k_bwd_weight_variants_in_the_default_manifest_round_trip():
-    """gemm: split_k (bwd_weight, cooperative): one 128x128 variant per rank and half
-    precision in the default manifest, `_splitk` in the name, the GEMM variant in KernelInfo,
-    the template's last argument true; parsed back from the name."""
-    split = [c for c in sm90_default_configs() if getattr(c.knobs, "split_k", False)]
-    assert sorted(c.name for c in split) == sorted(
-        f"conv_bwdweight_{lay}_{dt}_128x128x64_im2col_c1x1_coop_splitk_sm90a"
-        for lay in ("nwgc", "nhwgc", "ndhwgc") for dt in ("bf16", "fp16"))
-    c = next(c for c in split if "_nhwgc_bf16_" in c.name)
-    assert config_from_name(c.name) == c
-    assert c.knobs.to_dict() == {"algorithm": "im2col", "cluster": [1, 1], "schedule": "cooperative", "gemm": "split_k"}
-    assert c.knobs.info(c)["variant"] == 2  # TD_GEMM_SPLIT_K
-    assert "1, 1, false, true>" in emit_source(c)
-    plain = next(c for c in sm90_default_configs() if c.family == "im2col" and not c.knobs.split_k)
+def test_dense_small_sweep_variants_round_trip_and_stay_out_of_the_default_manifest():
+    """bench/sweeps/sm90_conv_dense_small.yaml: im2col with `misaligned: pad` (`_pad`), the
+    split-K bwd_weight GEMM (`_splitk`, KernelInfo's GEMM variant, the template's split-K
+    argument) and the pointwise kernels (`_pw`), every name parsed back; none of them in the
+    default manifest until they have run on a GPU."""
+    configs = expand(load_manifest(ROOT / "bench/sweeps/sm90_conv_dense_small.yaml"), ["sm_90a"]).configs
+    by_name = {c.name: c for c in configs}
+    assert len(configs) == 60
+    for c in configs:
+        assert config_from_name(c.name) == c
+    split = by_name["conv_bwdweight_nhwgc_bf16_128x128x64_im2col_c1x1_coop_splitk_sm90a"]
+    assert split.knobs.to_dict() == {"algorithm": "im2col", "cluster": [1, 1], "schedule": "cooperative",
+                                     "gemm": "split_k"}
+    assert split.knobs.info(split)["variant"] == 2 and split.knobs.info(split)["pad"] == 0  # TD_GEMM_SPLIT_K
+    assert "1, 1, false, true, false>" in emit_source(split)
+    both = by_name["conv_bwdweight_nhwgc_bf16_128x128x64_im2col_c1x1_coop_splitk_pad_sm90a"]
+    assert both.knobs.split_k and both.knobs.pad and "1, 1, false, true, true>" in emit_source(both)
+    pad = by_name["conv_fwd_ndhwgc_fp16_128x256x64_im2col_c2x1_coop_pad_sm90a"]
+    assert pad.knobs.to_dict()["misaligned"] == "pad" and pad.knobs.info(pad)["pad"] == 1
+    pw = by_name["conv_bwddata_nwgc_bf16_1x64x128_pw_sm90a"]
+    assert pw.family == "pointwise" and "Sm90PointwiseConv<2, 1, 1, 64, 128>" in emit_source(pw)
+    assert {c.tile for c in configs if c.family == "pointwise" and c.direction.key == "bwd_weight"} == {(1, 64, 256)}
+    default = {c.name for c in sm90_default_configs()}
+    assert not {n for n in default if "_pad_sm90a" in n and n.startswith("conv_") or "_splitk_sm90a" in n
+                and n.startswith("conv_") or "_pw_" in n}
+    plain = next(c for c in sm90_default_configs() if c.family == "im2col")
     assert plain.knobs.info(plain)["variant"] == 0 and "gemm" not in plain.knobs.to_dict()
 
 
@@ -482,6 +494,8 @@ def test_im2col_split_k_bwd_weight_variants_in_the_default_manifest_round_trip()
     ("{algorithm: im2col, split: 2}", "[128, 256, 64]", "split applies only to algorithm implicit"),
     ("{algorithm: im2col, gemm: split_k}", "[128, 128, 64]", "applies to bwd_weight only"),  # direction fwd
     ("{algorithm: im2col, gemm: stream_k}", "[128, 128, 64]", "gemm 'stream_k' not one of standard, split_k"),
+    ("{algorithm: im2col, misaligned: sometimes}", "[128, 128, 64]", "unknown misaligned 'sometimes'"),
+    ("{algorithm: pointwise}", "[1, 48, 256]", "pointwise tile must be [1, 32|64 channels written"),
     ("{algorithm: implicit}", "[128, 128, 32]", "tile"),
     ("{algorithm: implicit}", "[128, 256, 64]", "too many accumulators"),
     ("{algorithm: mma, channels_per_group: 4}", "[32, 16, 16]", "mma tile must be [16|32|64, 8, 16]"),

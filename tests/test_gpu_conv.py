@@ -312,9 +312,11 @@ def test_every_gpu_conv_kernel_matches_float64(kernel, gen):
         assert run_case(kernel, gen, 2, G, C, K, CASES[kernel.ndim][0][0], one, one, tuple(0 for _ in one), one)
 
 
-@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "im2col"], ids=lambda k: k.name)
+@pytest.mark.parametrize("kernel", [k for k in kernels() if k.knobs.algorithm == "im2col" and k.knobs.pad],
+                         ids=lambda k: k.name)
 def test_im2col_channels_not_multiples_of_8_match_float64(kernel, gen):
-    """Channel counts that are not multiples of 8 run channel-padded: a 3-channel stem,
+    """im2col with misaligned: pad (bench/sweeps/sm90_conv_dense_small.yaml): channel counts
+    that are not multiples of 8 run channel-padded: a 3-channel stem,
     squeeze-excite counts (20 -> 30), C aligned with K not and the reverse; through the
     im2col buffer, the in-place 1x1 path and a strided case."""
     one = tuple(1 for _ in range(kernel.ndim))
@@ -347,7 +349,9 @@ def test_pointwise_channel_counts_match_float64(kernel, gen):
 
 def test_thin_pointwise_layers_take_the_pointwise_kernels(ours_alone):
     """1x1 layers with few channels at a large image (memory-bound) and squeeze-excite layers on
-    one pixel go to the CUDA-core kernels; a wide 1x1 (256 -> 256 at 56 x 56) stays on CUTLASS."""
+    one pixel go to the CUDA-core kernels; a wide 1x1 (256 -> 256 at 56 x 56) does not."""
+    if not built("pw"):
+        pytest.skip("no pointwise variant in this build (bench/sweeps/sm90_conv_dense_small.yaml)")
     d = td.Dispatcher("conv", GPU)
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         p = td.ConvProblem(32, 1, 16, 24, (112, 112), (1, 1), 1, 0, 1, direction, "bf16")
@@ -360,9 +364,11 @@ def test_thin_pointwise_layers_take_the_pointwise_kernels(ours_alone):
 
 
 def test_dense_layers_with_odd_channel_counts_leave_the_generic_kernel(ours_alone):
-    """A 3-channel stem goes to the channel-padded GEMM path; a squeeze-excite 1x1 with 20 ->
-    72 channels on one pixel to the GEMM path or the pointwise kernels: none of them to the
-    generic direct kernel."""
+    """With the channel-padded im2col variants built: a 3-channel stem goes to the GEMM path; a
+    squeeze-excite 1x1 with 20 -> 72 channels on one pixel to the GEMM path or the pointwise
+    kernels: none of them to the generic direct kernel."""
+    if not built("pad"):
+        pytest.skip("no im2col variant with misaligned: pad in this build (bench/sweeps/sm90_conv_dense_small.yaml)")
     d = td.Dispatcher("conv", GPU)
     for direction in ("fwd", "bwd_weight"):
         p = td.ConvProblem(8, 1, 3, 32, (64, 64), (3, 3), 2, 1, 1, direction, "bf16")

@@ -6,11 +6,12 @@
 // cols(x) is an explicit im2col buffer in the workspace (the GEMM reads it with TMA); the
 // 1x1 stride-1 unpadded case reads the tensors in place.
 //
-// Channel counts that are not a multiple of 8 (stems with 3 input channels, squeeze-excite
-// layers of 20 or 30 channels) run on channel-padded operands: C and K rounded up to 8 with
-// zeros in the padding, so every GEMM row stays 16-byte aligned for TMA. The im2col buffer is
-// written padded; a misaligned tensor read in place is copied padded first; a padded output
-// is written to the workspace and its real channels copied out.
+// PadChannels (misaligned: pad): channel counts that are not a multiple of 8 (stems with 3
+// input channels, squeeze-excite layers of 20 or 30 channels) run on channel-padded operands:
+// C and K rounded up to 8 with zeros in the padding, so every GEMM row stays 16-byte aligned
+// for TMA. The im2col buffer is written padded; a misaligned tensor read in place is copied
+// padded first; a padded output is written to the workspace and its real channels copied out.
+// Without it such problems are refused.
 //
 // SplitK (bwd_weight): the GEMM's reduction (the N*P output pixels) cut into equal parts run
 // as one launch with fp32 partials, summed by a second kernel (deterministic). A dense
@@ -103,7 +104,7 @@ inline void launch_repitch(const T* src, int64_t src_rows, int64_t src_pitch, T*
 }
 
 template <int DType, int Ndim, int Direction, int TM, int TN, int TK, int CM, int CN, bool Pingpong,
-          bool SplitK = false>
+          bool SplitK = false, bool PadChannels = false>
 struct Sm90GemmConv {
     static_assert(!SplitK || (Direction == TD_CONV_BWD_WEIGHT && !Pingpong),
                   "split-K: bwd_weight, cooperative schedule");
@@ -164,6 +165,10 @@ struct Sm90GemmConv {
         ConvGeometry g{};
         if (int st = conv_variant_matches(p, DType, Ndim, Direction, &g, why)) return st;
         if (g.G != 1) { *why = "the GEMM path takes dense convolutions (G = 1)"; return TD_UNSUPPORTED; }
+        if (!PadChannels && (g.C % 8 || g.K % 8)) {
+            *why = "C and K must be multiples of 8 (16-byte rows for TMA); a variant with misaligned: pad takes others";
+            return TD_UNSUPPORTED;
+        }
         if (Direction == TD_CONV_BWD_DATA) {
             for (int d = 0; d < 3; ++d) {
                 if (g.stride[d] != 1) { *why = "bwd_data through the GEMM path needs stride 1"; return TD_UNSUPPORTED; }

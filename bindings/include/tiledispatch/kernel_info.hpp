@@ -35,7 +35,7 @@ struct KernelInfo {
     int32_t cluster_n;
     int32_t pingpong;  // cutlass, im2col: 1 the ping-pong schedule, 0 cooperative
     int32_t nosmem_epilogue;  // cutlass: 1 the epilogue without shared memory
-    int32_t pad;  // cutlass: 1 misaligned operands staged through aligned copies; mfma: 1 any size
+    int32_t pad;  // cutlass: 1 misaligned operands staged through aligned copies; im2col: 1 channels padded to 8; mfma: 1 any size
     int32_t promote;  // cutlass fp8: 1 our mainloop, N CUTLASS's every N MMAs, 0 fast accumulation
     int32_t channels_per_group;  // direct (0: any), mma, tiled_mma, toeplitz_mma; depthwise families 1
     int32_t split;  // implicit bwd_weight: batch slices at most (1: none)

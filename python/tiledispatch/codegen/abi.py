@@ -151,7 +151,7 @@ KERNEL_INFO = (
     ("cluster_n", ""),
     ("pingpong", "cutlass, im2col: 1 the ping-pong schedule, 0 cooperative"),
     ("nosmem_epilogue", "cutlass: 1 the epilogue without shared memory"),
-    ("pad", "cutlass: 1 misaligned operands staged through aligned copies; mfma: 1 any size"),
+    ("pad", "cutlass: 1 misaligned operands staged through aligned copies; im2col: 1 channels padded to 8; mfma: 1 any size"),
     ("promote", "cutlass fp8: 1 our mainloop, N CUTLASS's every N MMAs, 0 fast accumulation"),
     ("channels_per_group", "direct (0: any), mma, tiled_mma, toeplitz_mma; depthwise families 1"),
     ("split", "implicit bwd_weight: batch slices at most (1: none)"),

@@ -1,9 +1,9 @@
 """im2col (cuda, dense convolution): a CUTLASS sm90 GEMM over an im2col buffer
-(bindings/cuda/conv_gemm.cuh; a 1x1 stride-1 unpadded problem needs no buffer; channel counts
-that are not a multiple of 8 run channel-padded). Knobs: the GEMM's cluster shape and
-schedule, and `gemm`: standard (data-parallel tiles) or split_k (bwd_weight: the reduction over
-the output pixels cut into equal parts with fp32 partials, summed by a second kernel); its
-rules are the GEMM's."""
+(bindings/cuda/conv_gemm.cuh; a 1x1 stride-1 unpadded problem needs no buffer). Knobs: the
+GEMM's cluster shape and schedule; `gemm`: standard (data-parallel tiles) or split_k
+(bwd_weight: the reduction over the output pixels cut into equal parts with fp32 partials,
+summed by a second kernel); `misaligned`: reject (C and K multiples of 8) or pad (any channel
+counts, run on channel-padded operands). Its rules are the GEMM's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,12 +21,13 @@ class Im2col(Family):
     cluster_n: int = 1
     schedule: str = "cooperative"
     split_k: bool = False
+    pad: bool = False  # misaligned: reject (False) | pad (True)
 
     FAMILY = "im2col"
     CODE = 10
     BACKEND = Backend.CUDA
     OPS = ("conv",)
-    YAML_KEYS = ("cluster", "schedule", "gemm")
+    YAML_KEYS = ("cluster", "schedule", "gemm", "misaligned")
     GEMMS = ("standard", "split_k")
     KEY_SHAPES = {"cluster": "pair"}
     HEADER = "cuda/conv_gemm.cuh"
@@ -40,23 +41,30 @@ class Im2col(Family):
     def from_yaml(cls, values: dict) -> "Im2col":
         if "split" in values:
             raise ValueError("split applies only to algorithm implicit")
-        if values.get("epilogue", "tma") != "tma" or values.get("misaligned", "reject") != "reject":
-            raise ValueError("algorithm im2col takes cluster and schedule only")
-        cls.reject_keys({k: v for k, v in values.items() if k not in ("epilogue", "misaligned")})
+        if values.get("epilogue", "tma") != "tma":
+            raise ValueError("algorithm im2col takes cluster, schedule, gemm and misaligned only")
+        cls.reject_keys({k: v for k, v in values.items() if k != "epilogue"})
         gemm = values.get("gemm", "standard")
         if gemm not in cls.GEMMS:
             raise ValueError(f"gemm {gemm!r} not one of {', '.join(cls.GEMMS)}")
-        return cls(*parse_cluster(values), values.get("schedule", "cooperative"), gemm == "split_k")
+        misaligned = values.get("misaligned", "reject")
+        if misaligned not in ("reject", "pad"):
+            raise ValueError(f"unknown misaligned '{misaligned}' (expected reject or pad)")
+        return cls(*parse_cluster(values), values.get("schedule", "cooperative"), gemm == "split_k",
+                   misaligned == "pad")
 
     @property
     def token(self) -> str:
-        return cluster_token("im2col", self.cluster_m, self.cluster_n, self.schedule) + ("_splitk" if self.split_k else "")
+        return (cluster_token("im2col", self.cluster_m, self.cluster_n, self.schedule) +
+                ("_splitk" if self.split_k else "") + ("_pad" if self.pad else ""))
 
     @classmethod
     def from_token(cls, token: str):
+        pad = token.endswith("_pad")
+        token = token[:-len("_pad")] if pad else token
         split_k = token.endswith("_splitk")
         parsed = parse_cluster_token("im2col", token[:-len("_splitk")] if split_k else token)
-        return None if parsed is None else cls(*parsed, split_k)
+        return None if parsed is None else cls(*parsed, split_k, pad)
 
     def problems(self, op, dtype, layout, variant, tile, target) -> list[str]:
         if target_problems(target):
@@ -77,12 +85,12 @@ class Im2col(Family):
         tm, tn, tk = config.tile
         return (f"cuda::Sm90GemmConv<{config.dtype.code}, {config.ndim}, {config.direction.code}, {tm}, {tn}, {tk},\n"
                 f"                       {self.cluster_m}, {self.cluster_n}, {cpp_bool(self.schedule == 'pingpong')}, "
-                f"{cpp_bool(self.split_k)}>")
+                f"{cpp_bool(self.split_k)}, {cpp_bool(self.pad)}>")
 
     def info(self, config) -> dict:
         return {"cluster_m": self.cluster_m, "cluster_n": self.cluster_n, "pingpong": int(self.schedule == "pingpong"),
-                "variant": (GemmVariant.SPLIT_K if self.split_k else GemmVariant.STANDARD).code}
+                "variant": (GemmVariant.SPLIT_K if self.split_k else GemmVariant.STANDARD).code, "pad": int(self.pad)}
 
     def to_dict(self) -> dict:
         return {"algorithm": self.FAMILY, "cluster": [self.cluster_m, self.cluster_n], "schedule": self.schedule,
-                **({"gemm": "split_k"} if self.split_k else {})}
+                **({"gemm": "split_k"} if self.split_k else {}), **({"misaligned": "pad"} if self.pad else {})}
