@@ -4,7 +4,8 @@
 #   bash bench/gpu_kernels.sh build DIR 'FILTER' [TARGETS]
 #       meson + ninja into DIR (TARGETS: cpu,sm_90a by default; CUTLASS from an installed
 #       nvidia-cutlass or .whl/nvidia_cutlass*.whl), then DIR's libraries, registry and
-#       gpu_helper packed as $OUT/kernels-NAME.txz.aa, .ab, ... (NAME: DIR's base name; 15 MiB parts)
+#       gpu_helper packed as $OUT/kernels-NAME.txz.aa, .ab, ... (NAME: DIR's base name; 15 MiB parts);
+#       KERNELS=/abs/manifest.yaml builds from another manifest (a sweep appended to kernels.yaml)
 #   bash bench/gpu_kernels.sh unpack DIR PREFIX...
 #       the parts of one or more packed builds (PREFIX: path/kernels-NAME.txz) into DIR, their
 #       registries merged (each op and target from one build)
@@ -23,7 +24,7 @@ case "$verb" in
       cutlass=("-Dcutlass_include=/tmp/cutlass-site/cutlass_library/source/include")
     fi
     start=$(date +%s)
-    meson setup "$dir" "-Dgpu_targets=$targets" "-Dkernel_filter=$filter" "${cutlass[@]}" > "$dir.setup.log" 2>&1 \
+    meson setup "$dir" "-Dgpu_targets=$targets" "-Dkernel_filter=$filter" ${KERNELS:+"-Dkernels=$KERNELS"} "${cutlass[@]}" > "$dir.setup.log" 2>&1 \
       || { tail -30 "$dir.setup.log"; exit 1; }
     grep -E "vendor|WARNING" "$dir.setup.log" || true
     ninja -C "$dir" > "$dir.build.log" 2>&1 || { grep -E "error|FAILED" "$dir.build.log" | head -20; exit 1; }
