@@ -153,10 +153,14 @@ for k in grouped.values() if torch else ():
 cd = td.Dispatcher("conv")
 
 
-def conv_candidates(ndim: int):
+def conv_candidates(ndim: int, misaligned_first: bool):
     """Small problems of every class, as (N, G, C, K, stride, pad, dilation, filter); the first
-    one a kernel supports is its sample. Spatial sizes are odd so that partial tiles run."""
-    for N, G, C, K, s, p, dl, f in ((2, 16, 1, 1, 1, 1, 1, 3),     # depthwise
+    one a kernel supports is its sample (a kernel that pads channels: one whose channel counts
+    are not multiples of 8 first). Spatial sizes are odd so that partial tiles run."""
+    misaligned = ((2, 1, 3, 12, 2, 1, 1, 3),      # a 3-channel stem
+                  (2, 1, 20, 36, 1, 0, 1, 1))     # a squeeze-excite 1x1
+    for N, G, C, K, s, p, dl, f in misaligned * misaligned_first + (
+                                    (2, 16, 1, 1, 1, 1, 1, 3),     # depthwise
                                     (2, 16, 1, 1, 2, 1, 1, 3),     # depthwise, stride 2
                                     (2, 4, 8, 8, 1, 1, 1, 3),      # 8 channels a group
                                     (2, 4, 16, 16, 2, 1, 1, 3),    # 16 a group, stride 2
@@ -164,7 +168,7 @@ def conv_candidates(ndim: int):
                                     (2, 1, 64, 64, 1, 0, 1, 1),    # dense 1x1
                                     (2, 1, 32, 64, 2, 1, 1, 3),    # dense strided 3x3
                                     (2, 2, 4, 4, 1, 2, 2, 3),      # dilated
-                                    (2, 8, 2, 2, 1, 1, 1, 3)):
+                                    (2, 8, 2, 2, 1, 1, 1, 3)) + misaligned:
         yield td.ConvProblem(N, G, C, K, (11,) * ndim, (f,) * ndim, s, p, dl)
 
 
@@ -172,10 +176,12 @@ conv_sample = {}
 for k in cd.kernels:
     if not wanted(k):
         continue
-    conv_sample.setdefault((k.family, k.direction, k.ndim, k.dtype.nbytes), k)
+    # im2col's split-K GEMM and channel padding are kinds of their own
+    kind = (getattr(k.knobs, "split_k", False), getattr(k.knobs, "pad", False))
+    conv_sample.setdefault((k.family, kind, k.direction, k.ndim, k.dtype.nbytes), k)
 for k in conv_sample.values():
     problem = None
-    for base in conv_candidates(k.ndim):
+    for base in conv_candidates(k.ndim, getattr(k.knobs, "pad", False)):
         base = dataclasses.replace(base, direction=k.direction, dtype=k.dtype)
         if cd.is_supported(base, k.name):
             problem = base
