@@ -5,6 +5,7 @@
 #   LIMIT=400 bash bench/gpu_call.sh PACKED [STEP...]
 #     PACKED: the prefix of the packed parts (path/kernels-NAME.txz)
 #     STEP (in the order given; default: all of them in this order):
+#       convtest   tests/test_gpu_conv.py (CONVTEST_K: a pytest -k expression; not in the default steps)
 #       memcheck   compute-sanitizer memcheck over bench/sanitize_sample.py ours
 #       racecheck  compute-sanitizer racecheck over the same
 #       vendorcheck compute-sanitizer memcheck over bench/sanitize_sample.py vendor (the cudnn and
@@ -15,12 +16,14 @@
 #       torch      the torch GPU tests (ops, opcheck, autograd, CUDA-graph replay, grouped_mma,
 #                  autotuning)
 #       train      bench/train_step.py, eager, five timm models
-#       zoo        bench/zoo.py conv, bf16, with the time left
+#       zoo        bench/zoo.py conv, bf16, with the time left (ZOO_ARGS: more arguments, e.g.
+#                  "--classes dense --every")
 #       gemmzoo    bench/zoo.py --op gemm run, bf16, with the time left (a build with the GEMMs)
 set -uo pipefail
-packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED [memcheck racecheck vendorcheck readme torch train zoo gemmzoo]}
+packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED [convtest memcheck racecheck vendorcheck readme torch train zoo gemmzoo]}
 shift
 steps=" ${*:-memcheck racecheck readme torch train zoo} "
+[ -n "${CONVTEST_K:-}" ] && convtest_k=(-k "$CONVTEST_K") || convtest_k=()
 R=$PWD
 OUT=${OUT:-/tmp/td-out}
 mkdir -p "$OUT"
@@ -64,6 +67,11 @@ if want readme; then
 fi
 export TILEDISPATCH_KERNELS_DIR=/tmp/td-kernels PYTHONPATH=$R/python
 cd /tmp || exit 1
+if want convtest; then
+  runt 120 "$OUT/convtest.log" python3 -m pytest -q -rs -p no:cacheprovider --maxfail=10 "$R/tests/test_gpu_conv.py" \
+    "${convtest_k[@]}"
+  grep -E "passed|failed|FAILED|Error" "$OUT/convtest.log" | tail -20
+fi
 for step in memcheck racecheck vendorcheck; do
   if want $step; then
     tool=$step which=ours
@@ -92,7 +100,7 @@ for z in zoo gemmzoo; do
   if [ "$budget" -gt 30 ]; then
     if [ $z = zoo ]; then
       runt $(( budget + 40 )) "$OUT/zoo.log" python3 "$R/bench/zoo.py" conv --dtype bf16 --reps 10 \
-        --budget-s "$budget" --json "$OUT/zoo.json"
+        --budget-s "$budget" --json "$OUT/zoo.json" ${ZOO_ARGS:-}
     else
       runt $(( budget + 40 )) "$OUT/gemmzoo.log" python3 "$R/bench/zoo.py" --op gemm run --dtype bf16 --reps 10 \
         --budget-s "$budget" --json "$OUT/gemmzoo.json"
