@@ -10,7 +10,8 @@
 //    the problems whose output tiles fill the GPU; the split GEMM takes the small outputs over
 //    long reductions (zoo, H100: implicit 0.38x cuDNN over 239 dense bwd_weight layers, 0.06x
 //    at 16 -> 16 channels on 112 x 112: one CTA).
-// A misaligned problem (C or K not a multiple of 8) adds 0.02 for its padded copies.
+// A misaligned problem (C or K not a multiple of 8) adds 0.02 for its padded copies; on an
+// aligned one a padding variant ranks just behind its twin without padding.
 #include <algorithm>
 #include <cstdint>
 
@@ -22,7 +23,7 @@ double im2col_conv_cost(const KernelInfo& k, const TdConvProblem& p, const ConvG
     ConvGeometry q = g;
     q.C = (g.C + 7) / 8 * 8;
     q.K = (g.K + 7) / 8 * 8;
-    const double misaligned = q.C != g.C || q.K != g.K ? 0.02 : 0.0;
+    const double misaligned = q.C != g.C || q.K != g.K ? 0.02 : k.pad ? 1e-4 : 0.0;
     const bool plain_gemm = g.taps() == 1 && g.stride[0] * g.stride[1] * g.stride[2] == 1 &&
                             g.pad[0] + g.pad[1] + g.pad[2] == 0;
     const int direction = p.base.direction;
