@@ -1001,8 +1001,9 @@ def run_gemm_crossval(rows, d, vendor=True):
             extra = {
                 "best compiled": zg.score_picks(scored, zg.best_picks(scored, vendor), None, vendor),
                 "cost model alone": zg.crossval(sel, picks.model_alone, vendor=vendor)["total"],
-                "run's picks": zg.crossval(sel, picks.run_picks, vendor=vendor)["total"],
             }
+            if any(r.get("kernel") for r in sel):  # rows of a run (not rebuilt from a table)
+                extra["run's picks"] = zg.crossval(sel, picks.run_picks, vendor=vendor)["total"]
             results[dtype] = {"scores": scores, **extra}
             print(f"\n== crossval {dtype}: each model's shapes picked by a table of the other models' shapes "
                   f"({'vendor kernels included' if vendor else 'ours alone: vendor kernels out'})")
@@ -1028,8 +1029,20 @@ def cmd_gemm_table(args):
 
 
 def cmd_gemm_crossval(args):
+    if args.from_table:
+        if args.results:
+            sys.exit("crossval: give run JSON files or --from-table, not both")
+        table = json.loads(Path(args.from_table).read_text())
+        rows = zg.rows_from_table(table, json.loads(Path(args.layers).read_text()))
+        if not rows:
+            sys.exit(f"{args.from_table}: no entry of the zoo's shapes ({args.layers})")
+        print(f"{len(rows)} rows from the entries of {args.from_table} that hold the zoo's shapes")
+        doc = {"target": table.get("target")}
+    elif not args.results:
+        sys.exit("crossval: give one or more run --every JSON files, or --from-table")
+    else:
+        doc, rows = load_rows(args.results, zg.row_key)
     td = import_tiledispatch()
-    doc, rows = load_rows(args.results, zg.row_key)
     target = args.target or doc.get("target")
     if target is None:
         from tiledispatch._cuda import device_targets
@@ -1070,7 +1083,11 @@ def gemm_parser():
     t.add_argument("--target", help="default: the run's")
     t.add_argument("--no-vendor", action="store_true", help="leave the vendor kernels out")
     x = sub.add_parser("crossval", help="leave-one-model-out scores of the tables (the library, no timing)")
-    x.add_argument("results", nargs="+", help="one or more run --every --json files")
+    x.add_argument("results", nargs="*", help="one or more run --every --json files")
+    x.add_argument("--from-table", help="the rows from a tuning table's entries of the zoo's shapes instead "
+                   "(e.g. tuning/tuning_sm_90a.json); without a GPU, TILEDISPATCH_EMULATE_SMS=132 gives the "
+                   "cost model the GPU's SM count")
+    x.add_argument("--layers", default=str(DEFAULT_GEMM_LAYERS), help="with --from-table: the zoo's shapes")
     x.add_argument("--target", help="default: the run's")
     x.add_argument("--no-vendor", action="store_true",
                    help="ours alone: vendor kernels out of the tables, the selection (td.set_options) and the scores")
@@ -1088,6 +1105,8 @@ per-tensor scales, bf16 output) in the same process. bench/zoo_llm.py holds the 
         [--budget-s S] [--start N] [--table tuning.json] [--crossval] [--no-vendor]
     python3 bench/zoo.py --op gemm run --device cpu --dtype fp32 --layers SMALL.json   # a smoke run
     python3 bench/zoo.py --op gemm table RESULTS.json [--out tuning.json] [--exclude-model M]
+    TILEDISPATCH_EMULATE_SMS=132 python3 bench/zoo.py --op gemm crossval --from-table tuning/tuning_sm_90a.json \
+        --no-vendor    # without a GPU: the shipped table's zoo entries as the rows (an sm_90a build)
     python3 bench/zoo.py --op gemm crossval RESULTS.json [--no-vendor]
 
 run: per unique shape (in a fixed shuffled order, so that --budget-s or --limit cut a sample)

@@ -295,6 +295,29 @@ def row_key(row: dict) -> tuple:
     return (row["shape"], row["dtype"])
 
 
+def rows_from_table(table: dict, layers: dict) -> list:
+    """Zoo rows rebuilt from a tuning table (tile_engine/tuning.py's format), for the
+    leave-one-model-out check without a GPU: each rcr entry whose shape the zoo holds becomes
+    the row of a --every run (every kernel's time in us, the layers' models; no pick of a run);
+    `vendor_us` is the time of the entry's vendor kernel (cuBLASLt through our wrapper) where
+    it timed one, else the fastest (the "x vendor" columns then read against that)."""
+    shapes = {(s["M"], s["N"], s["K"]): s for s in layers["shapes"]}
+    rows = []
+    for e in table.get("entries", []):
+        p = e.get("problem", {})
+        shape = shapes.get((p.get("M"), p.get("N"), p.get("K")))
+        if shape is None or p.get("layout") != "rcr" or p.get("op", "gemm") != "gemm":
+            continue
+        every = {k: 1000.0 * ms for k, ms in zip(e["kernels"], e.get("latency_ms", [])) if ms and ms > 0}
+        if not every:
+            continue
+        vendor = [v for k, v in every.items() if zl.is_vendor(k)]
+        rows.append({"shape": shape["id"], "dtype": p["dtype"], "uses": shape["uses"],
+                     "problem": problem_spec(shape["M"], shape["N"], shape["K"], p["dtype"]),
+                     "every_us": every, "vendor_us": vendor[0] if vendor else min(every.values())})
+    return rows
+
+
 def row_models(row: dict) -> set:
     return {m for m, _, _, _ in row["uses"]}
 

@@ -284,6 +284,32 @@ def test_crossval_scores_exact():
     assert "total" in zg.crossval_line("total", total)
 
 
+def test_rows_from_table_rebuild_the_zoo_rows():
+    """A tuning table's entries of the zoo's shapes become --every rows (ms -> us, the
+    layers' models, the vendor kernel's time); other shapes, layouts and untimed kernels are
+    left out."""
+    layers = {"shapes": [{"id": "m8_n64_k32", "M": 8, "N": 64, "K": 32, "uses": [["a", "o", 8, 1]]}]}
+    entry = lambda M, layout, kernels, ms: {"problem": {"M": M, "N": 64, "K": 32, "dtype": "bf16",  # noqa: E731
+                                                       "layout": layout, "op": "gemm"},
+                                            "kernels": kernels, "latency_ms": ms}
+    table = {"entries": [entry(8, "rcr", ["k1", "gemm_x_cublaslt", "k2"], [0.010, 0.012, None]),
+                         entry(8, "rrr", ["k1"], [0.5]), entry(16, "rcr", ["k1"], [0.5])]}
+    rows = zg.rows_from_table(table, layers)
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["every_us"] == pytest.approx({"k1": 10.0, "gemm_x_cublaslt": 12.0})
+    assert (r["shape"], r["dtype"], r["vendor_us"]) == ("m8_n64_k32", "bf16", pytest.approx(12.0))
+    assert r["problem"] == zg.problem_spec(8, 64, 32, "bf16") and zg.row_models(r) == {"a"}
+    assert "kernel" not in r  # no run's pick
+    # the shipped table holds every zoo shape in bf16 and fp8 e4m3, each with its models
+    shipped = json.loads((ROOT / "tuning" / "tuning_sm_90a.json").read_text())
+    doc = json.loads(SHAPES.read_text())
+    rows = zg.rows_from_table(shipped, doc)
+    assert sorted({r["dtype"] for r in rows}) == ["bf16", "fp8_e4m3"]
+    assert {r["shape"] for r in rows if r["dtype"] == "bf16"} == {s["id"] for s in doc["shapes"]}
+    assert all(zg.row_models(r) and min(r["every_us"].values()) > 0 for r in rows)
+
+
 # ------------------------------------------------------------------ the command line
 
 def test_cli_help_and_table(tmp_path):
@@ -317,6 +343,21 @@ def cpu_library():
     except Exception:  # noqa: BLE001 - not installed, or no cpu library
         return None
     return d if any(k.dtype.key == "fp32" and k.layout.key == "rcr" for k in d.kernels) else None
+
+
+def test_cli_crossval_wants_runs_or_a_table(tmp_path):
+    run = lambda *args: subprocess.run([sys.executable, str(ZOO), "--op", "gemm", "crossval", *args],  # noqa: E731
+                                       capture_output=True, text=True, timeout=60)
+    out = run()
+    assert out.returncode != 0 and "--from-table" in out.stderr
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"target": "sm_90a", "rows": fake_rows()}))
+    out = run(str(results), "--from-table", str(ROOT / "tuning" / "tuning_sm_90a.json"))
+    assert out.returncode != 0 and "not both" in out.stderr
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"schema_version": 1, "target": "sm_90a", "entries": []}))
+    out = run("--from-table", str(empty))
+    assert out.returncode != 0 and "no entry of the zoo's shapes" in out.stderr
 
 
 def test_cpu_smoke_run(tmp_path):
