@@ -23,7 +23,7 @@ double im2col_conv_cost(const KernelInfo& k, const TdConvProblem& p, const ConvG
     ConvGeometry q = g;
     q.C = (g.C + 7) / 8 * 8;
     q.K = (g.K + 7) / 8 * 8;
-    const double misaligned = q.C != g.C || q.K != g.K ? 0.02 : k.pad ? 1e-4 : 0.0;
+    const double padding = q.C != g.C || q.K != g.K ? 0.02 : k.pad ? 1e-4 : 0.0;
     const bool plain_gemm = g.taps() == 1 && g.stride[0] * g.stride[1] * g.stride[2] == 1 &&
                             g.pad[0] + g.pad[1] + g.pad[2] == 0;
     const int direction = p.base.direction;
@@ -40,10 +40,10 @@ double im2col_conv_cost(const KernelInfo& k, const TdConvProblem& p, const ConvG
         const int64_t waves = (ctas + ctx.workers - 1) / ctx.workers;
         const double fill = (double)ctas / (double)(waves * ctx.workers);
         const double x = 1.1 / fill + (plain_gemm ? 0.0 : 1.5);
-        return cutlass_conv_band(0.1, x) + misaligned;
+        return cutlass_conv_band(0.1, x) + padding;
     }
     const double x = sm90_gemm_model(tile, conv_gemm_shape(q, direction), false, ctx.workers) * 1e-9;
-    return cutlass_conv_band(plain_gemm && direction == TD_CONV_FWD ? 0.0 : 0.2, x) + misaligned;
+    return cutlass_conv_band(plain_gemm && direction == TD_CONV_FWD ? 0.0 : 0.2, x) + padding;
 }
 
 }  // namespace td
