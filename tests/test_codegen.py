@@ -118,7 +118,8 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
         "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_ofp32_sm90a",
         "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_sm90a",
         "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp16_sm90a"}
-    configs = [c for c in gemms if c.name not in fused]
+    # (the skinny decode GEMM with the generic epilogue: checked with the plain skinny ones below)
+    configs = [c for c in gemms if c.name not in fused and not c.name.endswith("_skinny_generic_sm90a")]
     assert len(configs) == 67  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others, 4 block-wise fp8
     fp8_sliced = {c.name for c in configs if c.dtype.nbytes == 1 and c.tile[1] > 128}  # N slices
     assert fp8_sliced == {"gemm_fp8e4m3_rcr_standard_128x256x128_c1x1_coop_sm90a",
@@ -136,9 +137,12 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
         (GemmVariant.STREAM_K, Reduction.DETERMINISTIC), (GemmVariant.SPLIT_K, None)}
     assert {c.knobs.schedule for c in configs if c.family == "cutlass"} == {"cooperative", "pingpong"}
     assert any(c.knobs.pad for c in configs)
-    assert {c.name for c in configs if c.knobs.algorithm == "skinny"} == {
+    assert {c.name for c in gemms if c.knobs.algorithm == "skinny"} == {
         "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a", "gemm_fp16_rcr_standard_16x16x128_skinny_sm90a",
-        "gemm_fp8e4m3_rcr_standard_16x16x256_skinny_sm90a", "gemm_fp8e5m2_rcr_standard_16x16x256_skinny_sm90a"}
+        "gemm_fp8e4m3_rcr_standard_16x16x256_skinny_sm90a", "gemm_fp8e5m2_rcr_standard_16x16x256_skinny_sm90a",
+        "gemm_bf16_rcr_standard_16x16x128_skinny_generic_sm90a", "gemm_fp16_rcr_standard_16x16x128_skinny_generic_sm90a",
+        "gemm_fp8e4m3_rcr_standard_16x16x256_skinny_generic_sm90a",
+        "gemm_fp8e5m2_rcr_standard_16x16x256_skinny_generic_sm90a"}
     for c in every:
         assert config_from_name(c.name) == c
         assert c.name.endswith("_sm90a")
@@ -525,9 +529,9 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1 and c.family != "cutlass_grouped"]
-    # 12 CUTLASS (5 in N slices), 2 fused (row-wise scales), 2 skinny, cuBLASLt, 4 block-wise
-    # (CUTLASS's blockwise mainloop: no promote knob)
-    assert len(fp8) == 21 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
+    # 12 CUTLASS (5 in N slices), 2 fused (row-wise scales), 2 skinny, 2 skinny generic, cuBLASLt,
+    # 4 block-wise (CUTLASS's blockwise mainloop: no promote knob)
+    assert len(fp8) == 23 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name
@@ -599,11 +603,22 @@ def test_ping_pong_tiles_hold_at_most_128x192_accumulators():
 
 def test_skinny_gemm_names_and_rules():
     """algorithm skinny (our decode GEMM): rcr, 16-bit or OCP fp8, tile [8|16|32|64, 16|32,
-    warps x 32 (16-bit) or 64 (fp8) k]; its knobs are the tile alone."""
+    warps x 32 (16-bit) or 64 (fp8) k]; its knobs are the tile and fusion (none, or generic: the
+    epilogue bits of KernelInfo.features, no batch and no block-wise scale)."""
     from tiledispatch.codegen import families
     ok = GemmKernelConfig("bf16", "rcr", tile=(16, 16, 128), knobs=families.Skinny(), target="sm_90a")
     assert ok.name == "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a" and config_from_name(ok.name) == ok
-    assert "cuda::SkinnyGemm<2, 16, 16, 128>" in emit_source(ok)
+    assert "cuda::SkinnyGemm<2, 16, 16, 128, 0>" in emit_source(ok)
+    generic = GemmKernelConfig("fp8_e4m3", "rcr", tile=(16, 16, 256),
+                               knobs=families.knobs_from_yaml(families.Backend.CUDA,
+                                                              {"algorithm": "skinny", "fusion": "generic"}),
+                               target="sm_90a")
+    assert generic.name == "gemm_fp8e4m3_rcr_standard_16x16x256_skinny_generic_sm90a"
+    assert config_from_name(generic.name) == generic
+    assert generic.knobs.features == 255  # beta, bias N / M, activation, aux, row / column scale, out dtype
+    assert "cuda::SkinnyGemm<" in emit_source(generic) and ", 16, 16, 256, 255>" in emit_source(generic)
+    with pytest.raises(ValueError, match="unknown fusion 'gelu' for the skinny algorithm"):
+        families.knobs_from_yaml(families.Backend.CUDA, {"algorithm": "skinny", "fusion": "gelu"})
 
     def problems(dtype, layout, tile):
         return ok.knobs.problems("gemm", DType.parse(dtype), Layout.parse(layout), GemmVariant.STANDARD, tile,
@@ -614,7 +629,7 @@ def test_skinny_gemm_names_and_rules():
     assert "skinny tile must be" in problems("bf16", "rcr", (16, 16, 100))[0]
     assert "skinny tile must be" in problems("fp8_e4m3", "rcr", (16, 16, 96))[0]  # fp8: 64 k a warp step
     assert "32 accumulators" in problems("bf16", "rcr", (64, 32, 128))[0]
-    with pytest.raises(ValueError, match="takes no cluster"):
+    with pytest.raises(ValueError, match="takes no cluster .its knobs are the tile and fusion"):
         families.knobs_from_yaml(families.Backend.CUDA, {"algorithm": "skinny", "cluster": [1, 1]})
 
 

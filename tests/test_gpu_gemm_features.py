@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(
     GPU is None, reason=f"no GPU with a library in this installation (GPUs seen: {device_targets() or 'none'}, "
                         f"libraries: {td.registry().targets})")
 
-TORCH = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn"}
-DEFAULT_OUT = {"fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "bf16"}
+TORCH = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
+         "fp8_e5m2": "float8_e5m2"}
+DEFAULT_OUT = {"fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "bf16", "fp8_e5m2": "bf16"}
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 FUSION_ACT = {"fepi": "none", "frelu": "relu", "fgelu": "gelu", "fgelu_tanh": "gelu_tanh", "fsilu": "silu"}
 # CUTLASS's activation functors use the GPU's fast tanh / exp: a little more than the
@@ -38,6 +39,13 @@ def fused_kernels():
         return []
     return [k for k in td.registry().kernels("gemm", GPU)
             if k.family == "cutlass" and getattr(k.knobs, "fusion", "none") != "none"]
+
+
+def skinny_generic_kernels():
+    if GPU is None:
+        return []
+    return [k for k in td.registry().kernels("gemm", GPU)
+            if k.family == "skinny" and getattr(k.knobs, "fusion", "none") == "generic"]
 
 
 def rand(shape, key, gen, low=-1.0, high=1.0):
@@ -152,6 +160,31 @@ def test_each_fused_kernel_by_name(gen, name):
                  aux="_aux_" in name, out_dtype=out_dtype, kernel=name)
 
 
+@pytest.mark.parametrize("name", [k.name for k in skinny_generic_kernels()])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_each_skinny_generic_kernel_by_name(gen, name, activation):
+    """The decode GEMM's generic epilogue: every activation; one block row of A and two (M 17),
+    N not a multiple of the block's 16 rows of B; K long enough to split (the epilogue in the
+    summing kernel) and short (in the GEMM kernel); C aliasing D, a bias along N and M, scales,
+    aux and an fp32 D."""
+    dtype = next(k for k in skinny_generic_kernels() if k.name == name).dtype.key
+    for M, N, K in ((1, 40, 64), (5, 136, 8192), (17, 24, 128)):
+        run_case(dtype, M, N, K, gen, activation=activation, beta=0.5, bias_along="n", scales=True, aux=True,
+                 kernel=name)
+    run_case(dtype, 16, 72, 4096, gen, activation=activation, beta=1.0, in_place=True, bias_along="m", kernel=name)
+    run_case(dtype, 3, 56, 2048, gen, activation=activation, bias_along="n", out_dtype="fp32", kernel=name)
+
+
+def test_a_plain_skinny_kernel_refuses_an_epilogue(gen):
+    plain = [k for k in td.registry().kernels("gemm", GPU) if k.family == "skinny" and k.knobs.fusion == "none"]
+    if not plain:
+        pytest.skip("no skinny kernel in this build")
+    dtype = plain[0].dtype.key
+    a, b = problem_operands(dtype, 4, 64, 256, gen)
+    with pytest.raises(td.UnsupportedProblemError, match="implements no bias along N"):
+        td.gemm(a, b, bias=rand((64,), DEFAULT_OUT[dtype], gen), kernel=plain[0].name)
+
+
 def test_a_fused_kernel_refuses_another_activation(gen):
     a, b = problem_operands("bf16", 17, 24, 40, gen)
     with pytest.raises(td.KernelRejectedError, match="applies activation gelu, the problem asks for relu"):
@@ -229,8 +262,12 @@ def test_selection_keeps_plain_problems_on_plain_variants(M, N, K):
         pick = d.model_select(fused)
     finally:
         td.set_options(vendor=before)
-    assert "_fgelu_" in pick and "_aux" not in pick, pick
     names = {k.name for k in d.kernels}
+    if M <= 16 and "gemm_bf16_rcr_standard_16x16x128_skinny_generic_sm90a" in names:
+        assert pick == "gemm_bf16_rcr_standard_16x16x128_skinny_generic_sm90a", pick  # decode: B's bytes
+        assert d.model_select(plain) == "gemm_bf16_rcr_standard_16x16x128_skinny_sm90a"
+    else:
+        assert "_fgelu_" in pick and "_aux" not in pick, pick
     for k in fused_kernels():
         twin = k.name.replace("_fepi", "")
         if k.dtype.key == "bf16" and "_fepi_sm90a" in k.name and twin in names:

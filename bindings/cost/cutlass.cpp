@@ -17,25 +17,6 @@
 
 namespace td {
 
-// The bytes a fused epilogue moves beyond a plain GEMM's A, B and D.
-static double epilogue_bytes(const TdGemmProblem& p) {
-    const double batch = p.batch > 1 ? (double)p.batch : 1.0;
-    const int out = p.out_dtype != TD_OUT_DEFAULT ? p.out_dtype
-                    : p.dtype == TD_FP32              ? TD_OUT_FP32
-                    : p.dtype == TD_FP16              ? TD_OUT_FP16
-                                                      : TD_OUT_BF16;
-    const double ob = out == TD_OUT_FP32 ? 4.0 : 2.0;
-    const double mn = batch * (double)p.M * (double)p.N;
-    double bytes = mn * (ob - (double)out_bytes(p.dtype));  // a wider D than the plain one
-    if (p.beta != 0.0f) bytes += mn * ob;
-    if (p.aux) bytes += mn * ob;
-    if (p.bias == TD_BIAS_N) bytes += (double)p.N * ob;
-    if (p.bias == TD_BIAS_M) bytes += (double)p.M * ob;
-    if (p.row_scale) bytes += 4.0 * (double)p.M;
-    if (p.col_scale) bytes += 4.0 * (double)p.N;
-    return bytes;
-}
-
 double cutlass_gemm_cost(const KernelInfo& k, const TdGemmProblem& p, const CostContext& ctx) {
     const GemmShape shape{p.batch > 1 ? p.batch : 1, p.M, p.N, p.K};
     const Sm90Tile tile = sm90_tile(k);
@@ -50,7 +31,7 @@ double cutlass_gemm_cost(const KernelInfo& k, const TdGemmProblem& p, const Cost
     if (fused) cost *= 1.02;
     cost += gpu_kernel_start();
     double floor = gpu_dram_floor(shape, p.dtype);
-    if (fused) floor += gpu_dram_time(epilogue_bytes(p));
+    if (fused) floor += gpu_dram_time(gemm_epilogue_bytes(p));
     return std::max(cost, floor) + 0.05 * cost;
 }
 

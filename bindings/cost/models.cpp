@@ -48,6 +48,24 @@ double gpu_dram_floor(const GemmShape& s, int dtype) {
 
 double gpu_dram_time(double bytes) { return bytes / 3.3e12 * kGpuUnitsPerSecond; }
 
+double gemm_epilogue_bytes(const TdGemmProblem& p) {
+    const double batch = p.batch > 1 ? (double)p.batch : 1.0;
+    const int out = p.out_dtype != TD_OUT_DEFAULT ? p.out_dtype
+                    : p.dtype == TD_FP32              ? TD_OUT_FP32
+                    : p.dtype == TD_FP16              ? TD_OUT_FP16
+                                                      : TD_OUT_BF16;
+    const double ob = out == TD_OUT_FP32 ? 4.0 : 2.0;
+    const double mn = batch * (double)p.M * (double)p.N;
+    double bytes = mn * (ob - (double)out_bytes(p.dtype));  // a wider D than the plain one
+    if (p.beta != 0.0f) bytes += mn * ob;
+    if (p.aux) bytes += mn * ob;
+    if (p.bias == TD_BIAS_N) bytes += (double)p.N * ob;
+    if (p.bias == TD_BIAS_M) bytes += (double)p.M * ob;
+    if (p.row_scale) bytes += 4.0 * (double)p.M;
+    if (p.col_scale) bytes += 4.0 * (double)p.N;
+    return bytes;
+}
+
 // B's bytes once per block row of A at 3.8 TB/s plus 3 us of start and tail, or mma.sync at
 // half the wgmma rate where that is longer. Measured on the H200 (bench/gemm.py, L2 flushed
 // by a write): 16 x 6144 x 4096 bf16 20.9 us (CUTLASS's best 25, cuBLAS 22.7), fp8 14.9;

@@ -64,6 +64,10 @@ double gpu_dram_floor(const GemmShape& shape, int dtype);
 // traffic: C, aux, its vectors).
 double gpu_dram_time(double bytes);
 
+// The bytes a fused epilogue moves beyond a plain GEMM's A, B and D: C read when beta != 0,
+// aux written, a wider D than the plain one, the bias and scale vectors.
+double gemm_epilogue_bytes(const TdGemmProblem& p);
+
 // A CUTLASS kernel's start and tail (3 us, as the skinny kernel's) in the same units.
 double gpu_kernel_start();
 

@@ -24,7 +24,13 @@
 // cores (the tensor core's own fp8 accumulation is short; this kernel has issue slots to spare).
 //
 // Knobs fixed at compile time (the variant's tile MT x NT x KT, KT = W x the warp step's k):
-// element type, MT (rows of A a block, a multiple of 8), NT (rows of B, 16 or 32), W.
+// element type, MT (rows of A a block, a multiple of 8), NT (rows of B, 16 or 32), W, and
+// Features: 0, or the generic epilogue (`fusion: generic`), which applies in the store, element
+// by element, in fp32, as the cpu reference does:
+//   x = alpha * acc * row_scale[m] * col_scale[n] + beta * C + bias;  aux = x;  D = act(x)
+// with D, C, aux and bias of the output type chosen at run time (fp32, fp16 or bf16). The
+// store is M x N elements against B's N x K, so a decode GEMM with an epilogue streams B as
+// fast as the plain one. C is read before D is written by the same thread: C may be D.
 // Run time: the split count (TdGemmProblem.splits; 0 = chosen here).
 #pragma once
 
@@ -105,6 +111,56 @@ __device__ __forceinline__ uint4 skinny_load(const char* p, bool ok) {
     return v;
 }
 
+// The generic epilogue's operands (null where the problem asks for none) and fields.
+struct SkinnyEpilogue {
+    const void* c;
+    const void* bias;
+    void* aux;
+    const float* row_scale;
+    const float* col_scale;
+    float beta;
+    int bias_kind;  // enum td_bias
+    int act;        // enum td_activation
+    int out;        // enum td_out_dtype of D, C, aux and bias: fp32, fp16 or bf16
+};
+
+__device__ __forceinline__ float skinny_load_out(const void* base, int64_t at, int out) {
+    if (out == TD_OUT_FP32) return static_cast<const float*>(base)[at];
+    if (out == TD_OUT_FP16) return __half2float(static_cast<const __half*>(base)[at]);
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[at]);
+}
+
+__device__ __forceinline__ void skinny_store_out(void* base, int64_t at, int out, float v) {
+    if (out == TD_OUT_FP32) static_cast<float*>(base)[at] = v;
+    else if (out == TD_OUT_FP16) static_cast<__half*>(base)[at] = __float2half_rn(v);
+    else static_cast<__nv_bfloat16*>(base)[at] = __float2bfloat16_rn(v);
+}
+
+// enum td_activation, the cpu reference's formulas: gelu the erf form, gelu_tanh the tanh one.
+__device__ __forceinline__ float skinny_activate(int act, float x) {
+    switch (act) {
+        case TD_ACT_RELU: return x < 0.0f ? 0.0f : x;  // NaN stays NaN
+        case TD_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+        case TD_ACT_GELU_TANH: return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+        case TD_ACT_SILU: return x / (1.0f + expf(-x));
+        default: return x;
+    }
+}
+
+// D[m][n] from the sum over k, through the generic epilogue (alpha applied here).
+__device__ __forceinline__ void skinny_epilogue(const SkinnyEpilogue& e, void* d, int64_t ldc, float alpha, int m,
+                                                int n, float sum) {
+    const int64_t at = (int64_t)m * ldc + n;
+    float x = alpha * sum;
+    if (e.row_scale) x *= e.row_scale[m];
+    if (e.col_scale) x *= e.col_scale[n];
+    if (e.beta != 0.0f) x += e.beta * skinny_load_out(e.c, at, e.out);
+    if (e.bias_kind == TD_BIAS_N) x += skinny_load_out(e.bias, n, e.out);
+    if (e.bias_kind == TD_BIAS_M) x += skinny_load_out(e.bias, m, e.out);
+    if (e.aux) skinny_store_out(e.aux, at, e.out, x);
+    skinny_store_out(d, at, e.out, skinny_activate(e.act, x));
+}
+
 struct SkinnyArgs {
     const char* a;
     const char* b;
@@ -114,10 +170,11 @@ struct SkinnyArgs {
     int64_t lda, ldb, ldc;  // elements
     float alpha;
     int k_split;  // k of one split: a multiple of the block step
+    SkinnyEpilogue epi;  // read by generic variants only
 };
 
 // 16-bit: at most 128 registers (4 blocks of 4 warps a SM); fp8 168 (3 blocks; 128 spills)
-template <int DType, int MT, int R, int W>
+template <int DType, int MT, int R, int W, bool Generic>
 __global__ void __launch_bounds__(W * 32, SkinnyType<DType>::bytes == 2 ? 512 / (W * 32) : 384 / (W * 32)) gemm_skinny(SkinnyArgs p) {
     using Out = typename SkinnyType<DType>::Out;
     constexpr int EB = SkinnyType<DType>::bytes;
@@ -211,29 +268,35 @@ __global__ void __launch_bounds__(W * 32, SkinnyType<DType>::bytes == 2 ? 512 / 
         const int r = i / (J * 4), j = (i >> 2) % J, e = i & 3;
         const int n = n0 + 16 * r + (l >> 2) + 8 * (e >> 1), m = m0 + 8 * j + 2 * (l & 3) + (e & 1);
         if (n >= p.N || m >= p.M) continue;
-        if (gridDim.z == 1)
+        if (gridDim.z == 1 && Generic)
+            skinny_epilogue(p.epi, p.c, p.ldc, p.alpha, m, n, sum);
+        else if (gridDim.z == 1)
             skinny_store(static_cast<Out*>(p.c) + (int64_t)m * p.ldc + n, p.alpha * sum);
         else
             p.partial[((int64_t)blockIdx.z * p.M + m) * p.N + n] = sum;
     }
 }
 
-// C = alpha * (sum of the splits' partials, in split order).
-template <class Out>
-__global__ void gemm_skinny_reduce(const float* __restrict__ partial, Out* __restrict__ c, int M, int N, int64_t ldc,
-                                   int splits, float alpha) {
+// C = alpha * (sum of the splits' partials, in split order); Generic: through the epilogue.
+template <class Out, bool Generic>
+__global__ void gemm_skinny_reduce(const float* __restrict__ partial, void* c, int M, int N, int64_t ldc,
+                                   int splits, float alpha, SkinnyEpilogue epi) {
     pdl_wait();
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t elems = (int64_t)M * N;
     if (e >= elems) return;
     float sum = 0.f;
     for (int z = 0; z < splits; ++z) sum += partial[z * elems + e];
-    skinny_store(c + (e / N) * ldc + e % N, alpha * sum);
+    if constexpr (Generic)
+        skinny_epilogue(epi, c, ldc, alpha, (int)(e / N), (int)(e % N), sum);
+    else
+        skinny_store(static_cast<Out*>(c) + (e / N) * ldc + e % N, alpha * sum);
 }
 
-template <int DType, int MT, int NT, int KT>
+template <int DType, int MT, int NT, int KT, int Features = 0>
 struct SkinnyGemm {
     using Out = typename SkinnyType<DType>::Out;
+    static constexpr bool kGeneric = Features != 0;
     static constexpr int kBytes = SkinnyType<DType>::bytes;
     static constexpr int kVec = 16 / kBytes;
     static constexpr int kWarpK = 4 * kVec;
@@ -261,7 +324,21 @@ struct SkinnyGemm {
             *why = "splits must be 0 (chosen by the kernel) to " + std::to_string(kMaxSplits);
             return TD_UNSUPPORTED;
         }
+        if (kGeneric && (p.out_dtype == TD_OUT_FP8_E4M3 || p.out_dtype == TD_OUT_FP8_E5M2)) {
+            *why = "the skinny epilogue writes fp32, fp16 or bf16 (no fp8 output)";
+            return TD_UNSUPPORTED;
+        }
+        if (kGeneric && (p.activation < 0 || p.activation >= TD_ACTIVATION_COUNT)) {
+            *why = "unknown activation code " + std::to_string(p.activation);
+            return TD_UNSUPPORTED;
+        }
         return TD_OK;
+    }
+
+    // enum td_out_dtype of D, C, aux and bias: the problem's, else the input type's output.
+    static int out_code(const TdGemmProblem& p) {
+        if (kGeneric && p.out_dtype != TD_OUT_DEFAULT) return p.out_dtype;
+        return DType == TD_FP16 ? TD_OUT_FP16 : TD_OUT_BF16;
     }
 
     // The split count: the caller's, or enough blocks for two a SM while a split keeps at
@@ -285,30 +362,60 @@ struct SkinnyGemm {
         return s > 1 ? (size_t)s * p.M * p.N * sizeof(float) : 0;
     }
 
-    static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
-                   void* stream_ptr) {
+    // The epilogue's operands as the kernel reads them: those the problem asks for, else null.
+    static int epilogue(const TdGemmProblem& p, const TdGemmEpilogue& ep, SkinnyEpilogue* e) {
+        const int out = out_code(p);
+        *e = SkinnyEpilogue{p.beta != 0.0f ? ep.c : nullptr, p.bias != TD_BIAS_NONE ? ep.bias : nullptr,
+                            p.aux ? ep.aux : nullptr, p.row_scale ? ep.row_scale : nullptr,
+                            p.col_scale ? ep.col_scale : nullptr, p.beta, p.bias, p.activation, out};
+        const size_t size = out == TD_OUT_FP32 ? 4 : 2;
+        const struct { const void* ptr; bool asked; const char* what; size_t align; } operands[] = {
+            {e->c, p.beta != 0.0f, "C", size}, {e->bias, p.bias != TD_BIAS_NONE, "the bias", size},
+            {e->aux, p.aux != 0, "aux", size}, {e->row_scale, p.row_scale != 0, "row_scale", 4},
+            {e->col_scale, p.col_scale != 0, "col_scale", 4}};
+        for (const auto& o : operands) {
+            if (o.asked && !o.ptr) return fail(TD_REJECTED, std::string(o.what) + " is null but the problem asks for it");
+            if (reinterpret_cast<uintptr_t>(o.ptr) % o.align)
+                return fail(TD_REJECTED, std::string(o.what) + " is not aligned to its element");
+        }
+        return TD_OK;
+    }
+
+    static int run_ex(const TdGemmProblem& p, const void* a, const void* b, void* c, const TdGemmEpilogue& ep,
+                      void* ws, size_t ws_bytes, void* stream_ptr) {
         const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+        if (gemm_features(p) & ~Features)  // selection never hands such a problem here
+            return fail(TD_REJECTED, "the kernel implements no such epilogue (a generic variant does)");
         if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u)
             return fail(TD_REJECTED, "A and B must be 16-byte aligned (16-byte vector loads)");
-        if (reinterpret_cast<uintptr_t>(c) % sizeof(Out)) return fail(TD_REJECTED, "C is not aligned to its element");
+        SkinnyEpilogue epi{};
+        if (kGeneric)
+            if (int st = epilogue(p, ep, &epi)) return st;
+        const size_t d_size = kGeneric && epi.out == TD_OUT_FP32 ? 4 : sizeof(Out);
+        if (reinterpret_cast<uintptr_t>(c) % d_size) return fail(TD_REJECTED, "C is not aligned to its element");
         if (p.M == 0 || p.N == 0) return TD_OK;
         const int s = splits(p);
         const int64_t steps = std::max<int64_t>(1, (p.K + KT - 1) / KT);
         SkinnyArgs args{static_cast<const char*>(a), static_cast<const char*>(b), c, nullptr, (int)p.M, (int)p.N,
-                        (int)p.K, lda(p), ldb(p), ldc(p), p.alpha, (int)(((steps + s - 1) / s) * KT)};
+                        (int)p.K, lda(p), ldb(p), ldc(p), p.alpha, (int)(((steps + s - 1) / s) * KT), epi};
         if (s > 1) {
             void* scratch = nullptr;
             if (int st = take_workspace(workspace_size(p), ws, ws_bytes, stream_ptr, &scratch)) return st;
             args.partial = static_cast<float*>(scratch);
         }
         const dim3 grid((unsigned)((p.N + NT - 1) / NT), (unsigned)((p.M + MT - 1) / MT), (unsigned)s);
-        gemm_skinny<DType, MT, R, W><<<grid, W * 32, 0, stream>>>(args);
+        gemm_skinny<DType, MT, R, W, kGeneric><<<grid, W * 32, 0, stream>>>(args);
         if (s > 1) {
             const int64_t elems = p.M * p.N;
-            pdl_launch(gemm_skinny_reduce<Out>, dim3((unsigned)((elems + 255) / 256)), dim3(256), 0, stream,
-                       args.partial, static_cast<Out*>(c), (int)p.M, (int)p.N, ldc(p), s, p.alpha);
+            pdl_launch(gemm_skinny_reduce<Out, kGeneric>, dim3((unsigned)((elems + 255) / 256)), dim3(256), 0, stream,
+                       args.partial, c, (int)p.M, (int)p.N, ldc(p), s, p.alpha, epi);
         }
         return launch_status();
+    }
+
+    static int run(const TdGemmProblem& p, const void* a, const void* b, void* c, void* ws, size_t ws_bytes,
+                   void* stream_ptr) {
+        return run_ex(p, a, b, c, TdGemmEpilogue{}, ws, ws_bytes, stream_ptr);
     }
 };
 
