@@ -1,6 +1,7 @@
 """Fused GEMM epilogues and batched GEMM on the GPU against torch, same process.
 
-    python bench/gemm_epilogue.py [--part fused batched] [--repeat 20] [--max-shapes N] [--json OUT]
+    python bench/gemm_epilogue.py [--part fused batched] [--repeat 20] [--max-shapes N] [--max-tokens M]
+                                  [--json OUT]
     python bench/gemm_epilogue.py --dry-run      # no GPU, no torch: the shapes and the report
 
 (a) fused: y = gelu(x @ w.t() + bias), bf16, over the LLM zoo's GEMM shapes
@@ -36,10 +37,12 @@ BATCHED = [
 ]
 
 
-def zoo_shapes(path=ZOO_SHAPES, limit=None) -> list:
-    """The zoo's unique (M, N, K), in file order, that bf16 TMA takes (N and K multiples of 8)."""
+def zoo_shapes(path=ZOO_SHAPES, limit=None, max_tokens=None) -> list:
+    """The zoo's unique (M, N, K), in file order, that bf16 TMA takes (N and K multiples of 8);
+    with max_tokens, those of M up to it."""
     doc = json.loads(Path(path).read_text())
-    shapes = [(s["M"], s["N"], s["K"]) for s in doc["shapes"] if s["N"] % 8 == 0 and s["K"] % 8 == 0]
+    shapes = [(s["M"], s["N"], s["K"]) for s in doc["shapes"] if s["N"] % 8 == 0 and s["K"] % 8 == 0
+              and (max_tokens is None or s["M"] <= max_tokens)]
     return shapes[:limit] if limit else shapes
 
 
@@ -118,11 +121,12 @@ def main(argv=None) -> int:
     parser.add_argument("--part", nargs="+", default=["fused", "batched"], choices=("fused", "batched"))
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--max-shapes", type=int, default=None, help="the first N zoo shapes only")
+    parser.add_argument("--max-tokens", type=int, default=None, help="the zoo shapes of M up to this only")
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--dry-run", action="store_true",
                         help="no GPU: list the shapes and print the report's tables on placeholder ratios")
     args = parser.parse_args(argv)
-    zoo = zoo_shapes(limit=args.max_shapes)
+    zoo = zoo_shapes(limit=args.max_shapes, max_tokens=args.max_tokens)
     if args.dry_run:
         print(f"fused: {len(zoo)} zoo shapes (bf16, gelu), e.g. {zoo[:3]}")
         print(f"batched: {len(BATCHED)} shapes, e.g. {BATCHED[:3]}")
