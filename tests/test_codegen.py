@@ -109,7 +109,7 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
     gemms = [c for c in every if c.op == "gemm" and c.family not in ("cublaslt", "cutlass_grouped")]
     fused = {c.name for c in gemms if c.family == "cutlass" and c.knobs.fusion != "none"}
     # the fused epilogue variants: 5 epilogues x 3 tiles x (bf16, fp16), bf16 gelu + aux,
-    # bf16 with fp32 D, fp8 with its default (bf16) and fp16 D
+    # bf16 with fp32 D, fp8 with its default (bf16), fp16 and fp8 D
     acts = ("epi", "relu", "gelu", "gelu_tanh", "silu")
     tiles = ("128x128x64_c1x1_coop", "64x128x64_c1x1_pp", "128x256x64_c2x1_coop")
     assert fused == {f"gemm_{d}_rcr_standard_{t}_f{a}_sm90a" for d in ("bf16", "fp16") for t in tiles
@@ -117,7 +117,8 @@ def test_default_manifest_sm90a_variants_cover_dtypes_layouts_and_schedulers():
         "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_aux_sm90a",
         "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fepi_ofp32_sm90a",
         "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_sm90a",
-        "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp16_sm90a"}
+        "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp16_sm90a",
+        "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp8e4m3_sm90a"}
     # (the skinny decode GEMM with the generic epilogue: checked with the plain skinny ones below)
     configs = [c for c in gemms if c.name not in fused and not c.name.endswith("_skinny_generic_sm90a")]
     assert len(configs) == 67  # 23 bf16 rcr (bench/RESULTS.md), their 23 fp16 twins, 17 others, 4 block-wise fp8
@@ -529,9 +530,9 @@ def test_fp8_promote_knob_names_round_trip_and_the_default_manifest_uses_our_mai
         assert c.named_only == c.name.endswith("_fastacc_sm90a")  # never picked (KernelInfo.named_only)
     fp8 = [c for c in expand(load_manifest(ROOT / "kernels.yaml"), ["sm_90a"]).configs
            if c.op == "gemm" and c.dtype.nbytes == 1 and c.family != "cutlass_grouped"]
-    # 12 CUTLASS (5 in N slices), 2 fused (row-wise scales), 2 skinny, 2 skinny generic, cuBLASLt,
+    # 12 CUTLASS (5 in N slices), 3 fused (row-wise scales), 2 skinny, 2 skinny generic, cuBLASLt,
     # 4 block-wise (CUTLASS's blockwise mainloop: no promote knob)
-    assert len(fp8) == 23 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
+    assert len(fp8) == 24 and all(getattr(c.knobs, "promote", 1) == 1 for c in fp8)
     assert "false, false, false, 8>" in emit_source(by_name["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_p8_sm90a"])
     # wider tiles run the promotion in N slices (the same rule as fp8_mainloop.cuh's fp8_slices)
     assert "gemm_fp8e4m3_rcr_standard_128x256x128_c2x1_coop_sm90a" in by_name
@@ -697,6 +698,12 @@ def test_sm90_fusion_knobs_names_rules_and_source():
         "gemm_bf16_rcr_standard_128x128x64_c1x1_coop_fgelu_tanh_sm90a"]
     for c in configs:
         assert config_from_name(c.name) == c
+    fp8_out = expand(parse(FP8_GROUP + "    cuda: {cluster: [1, 2], fusion: epilogue, out: [fp8_e4m3, fp8_e5m2]}\n"),
+                     ["sm_90a"]).configs
+    assert [c.name for c in fp8_out] == ["gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp8e4m3_sm90a",
+                                         "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp8e5m2_sm90a"]
+    assert [config_from_name(c.name).knobs.out for c in fp8_out] == ["fp8_e4m3", "fp8_e5m2"]
+    assert ", 0, false, 4>" in emit_source(fp8_out[0])  # TD_OUT_FP8_E4M3
     plain = expand(parse(text + "    cuda: {cluster: [1, 1], fusion: none}\n"), ["sm_90a"]).configs
     assert [c.name for c in plain] == ["gemm_bf16_rcr_standard_128x128x64_c1x1_coop_sm90a"]
     source = emit_source(configs[4])
@@ -714,7 +721,8 @@ def test_sm90_fusion_knobs_names_rules_and_source():
             (text + "    cuda: {fusion: tanh}\n", "unknown fusion 'tanh'"),
             (text + "    cuda: {aux: store}\n", "aux and out come with a fused epilogue"),
             (text + "    cuda: {fusion: gelu, aux: keep}\n", "unknown aux 'keep' (expected none or store)"),
-            (text + "    cuda: {fusion: gelu, out: fp64}\n", "unknown out 'fp64'")):
+            (text + "    cuda: {fusion: gelu, out: fp64}\n", "unknown out 'fp64'"),
+            (text + "    cuda: {fusion: gelu, out: fp8_e4m3}\n", "out fp8_e4m3 is built for fp8 inputs only, not bf16")):
         with pytest.raises(ManifestError) as info:
             expand(parse(bad), ["sm_90a"])
         assert str(info.value).startswith("kernels.yaml:") and why in str(info.value), str(info.value)

@@ -129,11 +129,33 @@ def test_aux_holds_the_pre_activation(gen):
     run_case("bf16", 17, 24, 40, gen, activation="gelu", beta=0.5, bias_along="n", aux=True)
 
 
-@pytest.mark.parametrize("dtype, out_dtype", [("bf16", "fp32"), ("fp8_e4m3", "fp16"), ("fp8_e4m3", None)])
+@pytest.mark.parametrize("dtype, out_dtype", [("bf16", "fp32"), ("fp8_e4m3", "fp16"), ("fp8_e4m3", None),
+                                              ("fp8_e4m3", "fp8_e4m3")])
 def test_output_types(gen, dtype, out_dtype):
     K = 48 if dtype == "fp8_e4m3" else 40  # fp8 rows of K need 16 bytes (TMA)
     run_case(dtype, 17, 24, K, gen, beta=0.5 if dtype != "fp8_e4m3" else 0.0, bias_along="n", scales=True,
              out_dtype=out_dtype)
+
+
+def test_an_fp8_d_saturates_through_our_fused_kernel(gen):
+    """fp8 D from the fused CUTLASS variant: values past fp8_e4m3's 448 are stored as +-448
+    (satfinite), never inf or NaN; the rest rounded as the reference."""
+    name = "gemm_fp8e4m3_rcr_standard_128x128x128_c1x2_coop_fepi_ofp8e4m3_sm90a"
+    if name not in {k.name for k in td.registry().kernels("gemm", GPU)}:
+        pytest.skip(f"{name} is not in this build")
+    M, N, K = 130, 144, 256
+    a, b = problem_operands("fp8_e4m3", M, N, K, gen)
+    rs = rand((M,), "fp32", gen, 0.5, 2.0)
+    d = td.gemm(a, b, alpha=20.0, row_scale=rs, out_dtype="fp8_e4m3", kernel=name)
+    torch.cuda.synchronize()
+    assert d.dtype == torch.float8_e4m3fn and d.shape == (M, N)
+    got = host(d)
+    assert np.isfinite(got).all() and np.abs(got).max() == 448.0
+    _, ref, mag = reference.gemm_epilogue(host(a), host(b), alpha=20.0, row_scale=host(rs))
+    clipped = np.clip(ref, -448.0, 448.0)
+    err = np.abs(got - clipped)
+    tol = reference.tolerance_out("fp8_e4m3", K) * mag + reference.UNDERFLOW["fp8_e4m3"]
+    assert (err <= tol).all(), float(err.max())
 
 
 def test_fp8_row_wise_scales_through_scale_a_and_scale_b(gen):

@@ -88,6 +88,9 @@ template <int DType, int OutCode> struct OutElement { using type = typename Elem
 template <int DType> struct OutElement<DType, TD_OUT_FP32> { using type = float; };
 template <int DType> struct OutElement<DType, TD_OUT_FP16> { using type = cutlass::half_t; };
 template <int DType> struct OutElement<DType, TD_OUT_BF16> { using type = cutlass::bfloat16_t; };
+// fp8 D (fp8 inputs only): CUTLASS's float-to-fp8 conversion saturates (cvt .satfinite)
+template <int DType> struct OutElement<DType, TD_OUT_FP8_E4M3> { using type = cutlass::float_e4m3_t; };
+template <int DType> struct OutElement<DType, TD_OUT_FP8_E5M2> { using type = cutlass::float_e5m2_t; };
 
 // The activation of a fused epilogue: CUTLASS's thread functors (GELU: erf; GELU_taylor: the
 // tanh form).

@@ -13,7 +13,8 @@ epilogue visitor tree computing D = act(alpha * acc * row_scale[i] * col_scale[j
 bias) with beta, the bias (along N or M) and the scales chosen at run time and the activation
 compiled in: `epilogue` (none), relu, gelu (erf), gelu_tanh, silu (name token `_fepi`,
 `_frelu`, ...). `aux: store` also writes the pre-activation value (`_aux`); `out: fp32 | fp16 |
-bf16` builds D of that type (`_ofp32`, ...; default: the input type's output)."""
+bf16 | fp8_e4m3 | fp8_e5m2` builds D of that type (`_ofp32`, ..., `_ofp8e4m3`; default: the input
+type's output; the fp8 types for fp8 inputs only, stored with saturation)."""
 from __future__ import annotations
 
 import re
@@ -31,7 +32,8 @@ PROMOTES = (0, 1, 4, 8, 12, 16, 24, 32)
 FUSIONS = {"epilogue": ("epi", Activation.NONE), "relu": ("relu", Activation.RELU),
            "gelu": ("gelu", Activation.GELU), "gelu_tanh": ("gelu_tanh", Activation.GELU_TANH),
            "silu": ("silu", Activation.SILU)}
-OUTS = ("fp32", "fp16", "bf16")
+OUTS = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+FP8_OUTS = ("fp8_e4m3", "fp8_e5m2")
 # What every fused variant takes at run time (the vectors are null-defaulted nodes, C is read
 # only when beta != 0); a batch also runs on the plain data-parallel and stream-K variants.
 FUSED_FEATURES = (Feature.BETA.code | Feature.BIAS_N.code | Feature.BIAS_M.code | Feature.ROW_SCALE.code
@@ -144,7 +146,7 @@ class Cutlass(Family):
     promote: int = 1               # fp8: 1 = tile (ours), N = CUTLASS every N MMAs, 0 = fast (never picked)
     fusion: str = "none"           # none | epilogue | relu | gelu | gelu_tanh | silu
     aux: bool = False              # fused: also store the pre-activation value
-    out: str = ""                  # fused: D's type (fp32 | fp16 | bf16); "": the input type's output
+    out: str = ""                  # fused: D's type (fp32 | fp16 | bf16 | fp8_e4m3 | fp8_e5m2); "": the input's
 
     FAMILY = "cutlass"
     CODE = 2
@@ -211,13 +213,13 @@ class Cutlass(Family):
         if self.aux:
             parts.append("aux")
         if self.out:
-            parts.append("o" + self.out)
+            parts.append("o" + self.out.replace("_", ""))
         return "_".join(parts)
 
     @classmethod
     def from_token(cls, token: str):
         match = re.fullmatch(r"c(\d+)x(\d+)_(coop|pp)(_nosmem)?(_pad)?(?:_p(\d+)|(_fastacc))?"
-                             r"(?:_f(epi|relu|gelu_tanh|gelu|silu))?(_aux)?(?:_o(fp32|fp16|bf16))?", token)
+                             r"(?:_f(epi|relu|gelu_tanh|gelu|silu))?(_aux)?(?:_o(fp32|fp16|bf16|fp8e4m3|fp8e5m2))?", token)
         if not match:
             return None
         schedule = {v: k for k, v in SCHEDULES.items()}[match.group(3)]
@@ -225,7 +227,8 @@ class Cutlass(Family):
         fusion = next((k for k, (tok, _) in FUSIONS.items() if tok == match.group(8)), "none")
         try:
             return cls(int(match.group(1)), int(match.group(2)), schedule, "nosmem" if match.group(4) else "tma",
-                       bool(match.group(5)), promote, fusion, bool(match.group(9)), match.group(10) or "")
+                       bool(match.group(5)), promote, fusion, bool(match.group(9)),
+                       (match.group(10) or "").replace("fp8e", "fp8_e"))
         except ValueError:
             return None
 
@@ -265,6 +268,8 @@ class Cutlass(Family):
                 out.append("a fused epilogue needs the tma epilogue (CUTLASS's no-smem epilogue takes no visitor tree)")
         if self.out and self.out == dtype.out.key:
             out.append(f"out {self.out} is {dtype.key}'s default output: leave out unset")
+        if self.out in FP8_OUTS and dtype.nbytes != 1:
+            out.append(f"out {self.out} is built for fp8 inputs only, not {dtype.key}")
         return out
 
     def defines(self, config) -> str:
