@@ -3,7 +3,8 @@
 # machine with nvcc; carried packed): each step capped in seconds, none started past LIMIT, the
 # logs in $OUT (at most 8 files come back: one log a step and two JSON files).
 #   LIMIT=400 bash bench/gpu_call.sh PACKED [STEP...]
-#     PACKED: the prefix of the packed parts (path/kernels-NAME.txz)
+#     PACKED: the prefix of the packed parts (path/kernels-NAME.txz), or several, comma-separated
+#             (each op and target from one of them)
 #     STEP (in the order given; default: all of them in this order):
 #       convtest   tests/test_gpu_conv.py (CONVTEST_K: a pytest -k expression; not in the default steps)
 #       memcheck   compute-sanitizer memcheck over bench/sanitize_sample.py ours
@@ -18,9 +19,13 @@
 #       train      bench/train_step.py, eager, five timm models
 #       zoo        bench/zoo.py conv, bf16, with the time left (ZOO_ARGS: more arguments, e.g.
 #                  "--classes dense --every")
+#       gemmfeat   tests/test_gpu_gemm_features.py and the skinny tests of tests/test_gpu.py (not in the
+#                  default steps)
+#       epilogue   bench/gemm_epilogue.py --part fused over the zoo's shapes of at most EPI_TOKENS
+#                  tokens (default 64; not in the default steps)
 #       gemmzoo    bench/zoo.py --op gemm run, bf16, with the time left (a build with the GEMMs)
 set -uo pipefail
-packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED [convtest memcheck racecheck vendorcheck readme torch train zoo gemmzoo]}
+packed=${1:?usage: LIMIT=SECONDS bash bench/gpu_call.sh PACKED[,PACKED...] [convtest memcheck racecheck vendorcheck readme gemmfeat epilogue torch train zoo gemmzoo]}
 shift
 steps=" ${*:-memcheck racecheck readme torch train zoo} "
 [ -n "${CONVTEST_K:-}" ] && convtest_k=(-k "$CONVTEST_K") || convtest_k=()
@@ -45,7 +50,8 @@ runt() {  # runt CAP LOG command...: at most CAP seconds, and never past LIMIT
   return $rc
 }
 
-bash "$R/bench/gpu_kernels.sh" unpack /tmp/td-kernels "$packed" || exit 1
+IFS=, read -r -a packs <<< "$packed"
+bash "$R/bench/gpu_kernels.sh" unpack /tmp/td-kernels "${packs[@]}" || exit 1
 nvidia-smi -L
 if want readme; then
   ( timeout $(( LIMIT - 15 )) bash -c '
@@ -80,6 +86,18 @@ for step in memcheck racecheck vendorcheck; do
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$step.log" | tail -4
   fi
 done
+if want gemmfeat; then
+  runt 150 "$OUT/gemmfeat.log" python3 -m pytest -q -rs -p no:cacheprovider --maxfail=20 \
+    "$R/tests/test_gpu_gemm_features.py" "$R/tests/test_gpu.py::test_skinny_kernels_on_tails_splits_and_strides" \
+    "$R/tests/test_gpu.py::test_skinny_kernels_refuse_what_they_cannot_read" \
+    "$R/tests/test_gpu.py::test_the_cost_model_picks_the_skinny_kernel_for_decode_shapes"
+  grep -E "passed|failed|FAILED|Error" "$OUT/gemmfeat.log" | tail -25
+fi
+if want epilogue; then
+  runt 150 "$OUT/epilogue.log" python3 "$R/bench/gemm_epilogue.py" --part fused --max-tokens "${EPI_TOKENS:-64}" \
+    --repeat 10 --json "$OUT/epilogue.json"
+  tail -12 "$OUT/epilogue.log"
+fi
 if want torch; then
   runt 120 "$OUT/torch_tests.log" python3 -m pytest -q -rs -p no:cacheprovider "$R/tests/test_torch_gpu.py" \
     "$R/tests/test_gpu_grouped_mma.py" "$R/tests/test_gpu_autotune.py" "$R/tests/test_torch_compile.py" \
