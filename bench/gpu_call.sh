@@ -78,14 +78,6 @@ if want convtest; then
     "${convtest_k[@]}"
   grep -E "passed|failed|FAILED|Error" "$OUT/convtest.log" | tail -20
 fi
-for step in memcheck racecheck vendorcheck; do
-  if want $step; then
-    tool=$step which=ours
-    [ $step = vendorcheck ] && tool=memcheck which=vendor
-    runt 100 "$OUT/$step.log" compute-sanitizer --tool $tool --error-exitcode 9 python3 "$R/bench/sanitize_sample.py" $which
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$step.log" | tail -4
-  fi
-done
 if want gemmfeat; then
   runt 150 "$OUT/gemmfeat.log" python3 -m pytest -q -rs -p no:cacheprovider --maxfail=20 \
     "$R/tests/test_gpu_gemm_features.py" "$R/tests/test_gpu.py::test_skinny_kernels_on_tails_splits_and_strides" \
@@ -98,6 +90,14 @@ if want epilogue; then
     --repeat 10 --json "$OUT/epilogue.json"
   tail -12 "$OUT/epilogue.log"
 fi
+for step in memcheck racecheck vendorcheck; do
+  if want $step; then
+    tool=$step which=ours
+    [ $step = vendorcheck ] && tool=memcheck which=vendor
+    runt 100 "$OUT/$step.log" compute-sanitizer --tool $tool --error-exitcode 9 python3 "$R/bench/sanitize_sample.py" $which
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|MISMATCH|sanitizer sample" "$OUT/$step.log" | tail -4
+  fi
+done
 if want torch; then
   runt 120 "$OUT/torch_tests.log" python3 -m pytest -q -rs -p no:cacheprovider "$R/tests/test_torch_gpu.py" \
     "$R/tests/test_gpu_grouped_mma.py" "$R/tests/test_gpu_autotune.py" "$R/tests/test_torch_compile.py" \
