@@ -144,7 +144,8 @@ def test_every_kernel_without_the_feature_refuses_it(fields, named):
 
 def test_only_generic_fused_and_vendor_variants_declare_features():
     """Of the default manifest's GEMM kernels, the generic cpu variants declare every feature;
-    the generic gfx942 (mfma) ones every one but block-wise scales; the sm_90a CUTLASS fused
+    the generic gfx942 (mfma) ones every one but block-wise scales; the generic sm_90a skinny ones
+    every one but block-wise scales and batch; the sm_90a CUTLASS fused
     variants beta, bias, scales and batch (+ activation, aux, out dtype as built); the plain
     CUTLASS data-parallel and stream-K variants without pad a batch alone; the block-wise fp8
     kernels block-wise scales alone; the cuBLASLt kernels what cuBLASLt computes
@@ -168,6 +169,9 @@ def test_only_generic_fused_and_vendor_variants_declare_features():
                 continue
             if config.family == "cutlass_blockwise":  # block-wise scaled problems only
                 assert features == Feature.BLOCK_SCALE.code, config.name
+            elif config.family == "skinny" and knobs.fusion == "generic":  # the decode GEMM: no batch
+                generic[target] = generic.get(target, 0) + 1
+                assert features == every - Feature.BLOCK_SCALE.code - Feature.BATCH.code, config.name
             elif getattr(knobs, "fusion", "none") == "generic":
                 generic[target] = generic.get(target, 0) + 1
                 assert features == (every if target == "cpu" else every - Feature.BLOCK_SCALE.code), config.name
@@ -180,7 +184,7 @@ def test_only_generic_fused_and_vendor_variants_declare_features():
                 assert features == Feature.BATCH.code, config.name
             else:
                 assert features == 0, config.name
-    assert generic == {"cpu": 20, "gfx942": 2} and fused == 34
+    assert generic == {"cpu": 20, "sm_90a": 4, "gfx942": 2} and fused == 35
 
 
 def test_cli_epilogue_validates():
